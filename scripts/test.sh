@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite, under each TensorFlow flavour asked for.
+#   bash scripts/test.sh          both: TF 2.x (Python 3.11) and TF 1.15 (Python 3.7)
+#   bash scripts/test.sh tf2      one flavour; extra arguments go to pytest
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+flavours=(tf2 tf1)
+if [ $# -gt 0 ] && { [ "$1" = tf1 ] || [ "$1" = tf2 ]; }; then flavours=("$1"); shift; fi
+if [ $# -gt 0 ] && [ "$1" = all ]; then shift; fi
+status=0
+for flavour in "${flavours[@]}"; do
+  python=$(bash scripts/setup_env.sh "$flavour")
+  echo "=== tests under $flavour: $("$python" -c 'import sys, tensorflow as t; print("Python", sys.version.split()[0], "TensorFlow", t.__version__)' 2>/dev/null)"
+  start=$(date +%s)
+  TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider "$@" tests || status=1
+  echo "=== $flavour suite took $(( $(date +%s) - start )) s"
+done
+exit $status
