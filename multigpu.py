@@ -713,4 +713,6 @@ def run_main(main):
       sys.stderr.write("error: %s\n" % e)
       sys.exit(1)
   tf.logging.set_verbosity(tf.logging.INFO)
+  # TF 2.x hands each record to absl and to Python's root logger: print it once.
+  tf.get_logger().propagate = False
   tf.app.run(guarded)

@@ -33,4 +33,5 @@ echo "eval results ($out/model/eval_results.txt):"
 cat "$out/model/eval_results.txt"
 accuracy=$(sed -n 's/^eval_accuracy = //p' "$out/model/eval_results.txt")
 echo "dev accuracy: $accuracy"
-echo "predictions: $(wc -l < "$out/model/predict.txt") lines in $repo/$out/model/predict.txt"
+predict=$(cd "$out/model" && pwd)/predict.txt
+echo "predictions: $(wc -l < "$predict") lines in $predict"

@@ -293,9 +293,9 @@ def test_eval_only_reuses_output_dir_labels(tmp_path):
   write(output_dir / "labels.txt", "b\nc\na\n")
   processor = rc.get_processor("tsv")
   assert rc.resolve_label_list(processor, str(data_dir), str(output_dir), False) == ["b", "c", "a"]
-  # Training derives the list again and overwrites the saved one.
+  # Training derives the list again; resolving writes nothing (main saves it after checks).
   assert rc.resolve_label_list(processor, str(data_dir), str(output_dir), True) == ["a", "b"]
-  assert rc.read_label_file(str(output_dir / "labels.txt")) == ["a", "b"]
+  assert rc.read_label_file(str(output_dir / "labels.txt")) == ["b", "c", "a"]
 
 
 def test_eval_only_without_saved_labels_falls_back_and_writes_nothing(tmp_path):
