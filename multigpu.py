@@ -677,6 +677,13 @@ def infer(plan, model_fn, make_dataset_fn, global_batch_size, checkpoint_path):
   with graph.as_default():
     iterator = tf.data.make_initializable_iterator(make_dataset_fn())
     outputs = build_inference(plan, model_fn, iterator.get_next(), global_batch_size)
+    saved = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
+    missing = [v.op.name for v in tf.global_variables() if v.op.name not in saved]
+    if missing:
+      raise UsageError(
+          "%s lacks %d of this model's variables (%s): it is not a model trained for this task. "
+          "Evaluate or predict with a checkpoint from --do_train." %
+          (checkpoint_path, len(missing), ", ".join(missing[:3] + ["..."] * (len(missing) > 3))))
     saver = tf.train.Saver(tf.global_variables())
     graph.finalize()
     with tf.Session(config=plan.session_config()) as sess:

@@ -19,7 +19,7 @@ lists in five classes (体育 sports, 财经 finance, 科技 tech, 娱乐 entert
 
 Output depends only on --seed: the same bytes on every run (checked identical on
 Python 3.7 and 3.11).
-Standard library only; TensorFlow is not needed.
+Uses the standard library and the project's atomic file writer (multigpu.py).
 
 Usage:
   python scripts/make_demo_data.py --output_dir /tmp/demo_data [--seed 12345]
@@ -30,8 +30,10 @@ import json
 import os
 import random
 import sys
-import tempfile
 import unicodedata
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from multigpu import atomic_write_text  # pylint: disable=wrong-import-position
 
 # Class names, in label-id order (labels.txt is written in this order).
 LABELS = ["体育", "财经", "科技", "娱乐", "美食"]
@@ -396,25 +398,6 @@ def tiny_bert_config(vocab_size):
   }
 
 
-def write_text(path, text):
-  """Writes `text` as UTF-8 with "\\n" line ends, through a temp file and a rename.
-
-  Args:
-    path: file to write.
-    text: its whole content.
-  """
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-      f.write(text)
-    os.replace(tmp_path, path)
-  except BaseException:
-    if os.path.exists(tmp_path):
-      os.remove(tmp_path)
-    raise
-
-
 def tsv_text(rows):
   """Renders (label, text) rows as a TSV with the `label<TAB>text_a` header."""
   lines = ["label\ttext_a"]
@@ -455,22 +438,22 @@ def main(argv=None):
   for name, _ in EXAMPLES_PER_CLASS:
     rows = splits[name]
     path = os.path.join(output_dir, name + ".tsv")
-    write_text(path, tsv_text(rows))
+    atomic_write_text(path, tsv_text(rows))
     print("wrote %s: %d examples in %d classes" % (path, len(rows), len(set(l for l, _ in rows))))
 
   path = os.path.join(output_dir, "labels.txt")
-  write_text(path, "".join(label + "\n" for label in LABELS))
+  atomic_write_text(path, "".join(label + "\n" for label in LABELS))
   print("wrote %s: %d labels" % (path, len(LABELS)))
 
   all_texts = [text for name, _ in EXAMPLES_PER_CLASS for _, text in splits[name]]
   vocab = build_vocab(all_texts)
   path = os.path.join(output_dir, "vocab.txt")
-  write_text(path, "".join(token + "\n" for token in vocab))
+  atomic_write_text(path, "".join(token + "\n" for token in vocab))
   print("wrote %s: %d tokens" % (path, len(vocab)))
 
   config = tiny_bert_config(len(vocab))
   path = os.path.join(output_dir, "bert_config.json")
-  write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+  atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
   print("wrote %s: vocab_size %d, hidden_size %d, %d layers" % (
       path, config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]))
   return 0
