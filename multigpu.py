@@ -6,6 +6,7 @@ This is the one module that knows about towers and devices.
 """
 
 import collections
+import contextlib
 import json
 import os
 import sys
@@ -142,6 +143,7 @@ def _device_function(tower_device, variable_device):
   return choose
 
 
+@contextlib.contextmanager
 def _tower_scope(plan, tower_index):
   """Enters tower `tower_index`: its device, a name scope, and the shared variable scope.
 
@@ -149,29 +151,10 @@ def _tower_scope(plan, tower_index):
   name scopes only prefix ops, and every tower reuses the variables the first one created.
   Resource variables: with ref variables, assign-based updates race with other towers' reads.
   """
-  stack = []
-  stack.append(tf.device(_device_function(plan.tower_devices[tower_index],
-                                          plan.variable_device)))
-  stack.append(tf.name_scope("tower_%d" % tower_index))
-  stack.append(tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE,
-                                 use_resource=True))
-  return stack
-
-
-class _EnterAll(object):
-  """Enters a list of context managers in order, exits them in reverse."""
-
-  def __init__(self, managers):
-    self._managers = managers
-
-  def __enter__(self):
-    for manager in self._managers:
-      manager.__enter__()
-
-  def __exit__(self, *exc):
-    for manager in reversed(self._managers):
-      manager.__exit__(*exc)
-    return False
+  device = _device_function(plan.tower_devices[tower_index], plan.variable_device)
+  with tf.device(device), tf.name_scope("tower_%d" % tower_index), tf.variable_scope(
+      tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True):
+    yield
 
 
 def split_for_towers(features, num_towers):
@@ -237,7 +220,7 @@ def build_tower_losses_and_grads(plan, model_fn, features):
   tower_features = split_for_towers(features, plan.num_towers)
   losses, all_grads, tvars = [], [], None
   for i in range(plan.num_towers):
-    with _EnterAll(_tower_scope(plan, i)):
+    with _tower_scope(plan, i):
       loss = model_fn(tower_features[i], True)["loss"]
       if tvars is None:
         tvars = tf.trainable_variables()
@@ -347,7 +330,7 @@ def build_inference(plan, model_fn, features, global_batch_size):
   tower_features = split_for_towers(padded, plan.num_towers)
   tower_outputs = []
   for i in range(plan.num_towers):
-    with _EnterAll(_tower_scope(plan, i)):
+    with _tower_scope(plan, i):
       outputs = model_fn(tower_features[i], False)
       tower_outputs.append({k: v for k, v in outputs.items() if len(v.shape) > 0})
   with tf.device(plan.variable_device):
