@@ -92,6 +92,14 @@ def count_visible_gpus():
   return len(tf.config.experimental.list_physical_devices("GPU"))
 
 
+def check_tower_counts(n_gpus, towers_per_gpu):
+  """Raises UsageError unless both counts are at least 1 (no TensorFlow runtime needed)."""
+  if n_gpus < 1:
+    raise UsageError("--n_gpus=%d: it must be at least 1." % n_gpus)
+  if towers_per_gpu < 1:
+    raise UsageError("--towers_per_gpu=%d: it must be at least 1." % towers_per_gpu)
+
+
 def plan_devices(n_gpus, towers_per_gpu=1, variables_on_gpu=False, visible_gpus=None):
   """Maps towers to devices.
 
@@ -108,10 +116,7 @@ def plan_devices(n_gpus, towers_per_gpu=1, variables_on_gpu=False, visible_gpus=
   Raises:
     UsageError: n_gpus or towers_per_gpu < 1, or n_gpus > visible GPUs.
   """
-  if n_gpus < 1:
-    raise UsageError("--n_gpus=%d: it must be at least 1." % n_gpus)
-  if towers_per_gpu < 1:
-    raise UsageError("--towers_per_gpu=%d: it must be at least 1." % towers_per_gpu)
+  check_tower_counts(n_gpus, towers_per_gpu)
   if visible_gpus is None:
     visible_gpus = count_visible_gpus()
   num_towers = n_gpus * towers_per_gpu
@@ -376,7 +381,9 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
     dataset = dataset.repeat()
     if skip_batches:
       dataset = dataset.skip(skip_batches * global_batch_size)
-  dataset = dataset.map(lambda record: _decode_record(record, feature_spec))
+  # Parallel parsing keeps the order (deterministic), so batches do not depend on it.
+  dataset = dataset.map(lambda record: _decode_record(record, feature_spec),
+                        num_parallel_calls=4)
   dataset = dataset.batch(global_batch_size, drop_remainder=is_training)
   return dataset.prefetch(2)
 

@@ -1456,6 +1456,7 @@ def check_flags():
                      "path without the .index/.data suffix, e.g. "
                      "chinese_L-12_H-768_A-12/bert_model.ckpt." %
                      (FLAGS.init_checkpoint, FLAGS.init_checkpoint))
+  multigpu.check_tower_counts(FLAGS.n_gpus, FLAGS.towers_per_gpu)
   for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
                "save_checkpoints_steps", "log_steps", "accumulation_steps"):
     if getattr(FLAGS, name) < 1:
@@ -1508,7 +1509,6 @@ def main(_):
   bert_config = check_flags()
   load_tokenizer(bert_config)
   processor = get_processor(FLAGS.task_name)
-  tf.gfile.MakeDirs(FLAGS.output_dir)
 
   # Read and validate every split asked for before anything is trained or written.
   splits = {}
