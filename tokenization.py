@@ -393,6 +393,21 @@ class BasicTokenizer(object):
     return output
 
 
+def _cache_resetting_property(attribute, doc):
+  """A property stored in `attribute` whose setter calls self._settings_changed().
+
+  Changing a setting then empties the owner's cache, so no stale result survives it.
+  """
+  def getter(self):
+    return getattr(self, attribute)
+
+  def setter(self, value):
+    setattr(self, attribute, value)
+    self._settings_changed()  # pylint: disable=protected-access
+
+  return property(getter, setter, doc=doc)
+
+
 class WordpieceTokenizer(object):
   """Splits words into word pieces by greedy longest match against a vocab."""
 
@@ -421,32 +436,10 @@ class WordpieceTokenizer(object):
     self._snapshot_vocab_size = -1
     self._check_vocab()
 
-  @property
-  def vocab(self):
-    return self._vocab
-
-  @vocab.setter
-  def vocab(self, value):
-    self._vocab = value
-    self._settings_changed()
-
-  @property
-  def unk_token(self):
-    return self._unk_token
-
-  @unk_token.setter
-  def unk_token(self, value):
-    self._unk_token = value
-    self._settings_changed()
-
-  @property
-  def max_input_chars_per_word(self):
-    return self._max_input_chars_per_word
-
-  @max_input_chars_per_word.setter
-  def max_input_chars_per_word(self, value):
-    self._max_input_chars_per_word = value
-    self._settings_changed()
+  vocab = _cache_resetting_property("_vocab", "dict whose keys are the vocab tokens.")
+  unk_token = _cache_resetting_property("_unk_token", "token for unsplittable words.")
+  max_input_chars_per_word = _cache_resetting_property(
+      "_max_input_chars_per_word", "longest word (in code points) to split.")
 
   def _check_vocab(self):
     """Empties the cache if tokens were added to or removed from the vocab.
