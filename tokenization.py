@@ -60,6 +60,13 @@ _CJK_RANGES = (
     (0x2F800, 0x2FA1F),
 )
 
+
+def is_cjk_character(char):
+  """Whether `char` (one character) is a CJK ideograph, which BERT makes a token of its own."""
+  code_point = ord(char)
+  return any(low <= code_point <= high for low, high in _CJK_RANGES)
+
+
 # ASCII characters that are punctuation for BERT although some are symbols (S*)
 # in Unicode: 33-47, 58-64, 91-96 and 123-126.
 _ASCII_PUNCTUATION = frozenset(
