@@ -411,11 +411,6 @@ Fields:
 """
 
 
-def checkpoint_step(checkpoint_path):
-  """The global step in a `.../model.ckpt-<step>` path."""
-  return int(checkpoint_path.rsplit("-", 1)[1])
-
-
 def checkpoint_global_step(checkpoint_path):
   """The global_step stored in a checkpoint (0 for one without, like Google's releases)."""
   reader = tf.train.load_checkpoint(checkpoint_path)
@@ -468,16 +463,23 @@ def _scalar_summary(writer, step, values):
 class _BestCheckpoint(object):
   """Keeps a copy of the best-scoring checkpoint in output_dir/best, across restarts."""
 
-  def __init__(self, output_dir, metric):
+  def __init__(self, output_dir, metric, resuming):
+    """Args: output_dir; metric: the key to maximise; resuming: whether training resumes.
+
+    The stored state counts only when the run resumes with the same metric: a run from
+    scratch, or one that maximises another metric, starts a new record (and best/ is
+    overwritten by its first evaluation).
+    """
     self.metric = metric
     self.directory = os.path.join(output_dir, "best")
     self.state_file = os.path.join(self.directory, "best_metric.json")
     self.best = None
     self.evals_since_best = 0
-    if tf.gfile.Exists(self.state_file):
+    if resuming and tf.gfile.Exists(self.state_file):
       with tf.gfile.GFile(self.state_file) as f:
         state = json.load(f)
-      self.best, self.evals_since_best = state["value"], state["evals_since_best"]
+      if state.get("metric") == metric:
+        self.best, self.evals_since_best = state["value"], state["evals_since_best"]
 
   def update(self, checkpoint_path, metrics):
     """Records an evaluation; copies the checkpoint when it is a new best. Returns True then."""
@@ -490,8 +492,9 @@ class _BestCheckpoint(object):
         target = os.path.join(self.directory, os.path.basename(source))
         tf.gfile.Copy(source, target + ".tmp", overwrite=True)
         tf.gfile.Rename(target + ".tmp", target, overwrite=True)
-      tf.train.update_checkpoint_state(
-          self.directory, os.path.join(self.directory, os.path.basename(checkpoint_path)))
+      # A bare file name, so output_dir can be moved or copied (as save_relative_paths).
+      name = os.path.basename(checkpoint_path)
+      tf.train.update_checkpoint_state(self.directory, name, all_model_checkpoint_paths=[name])
       if old and os.path.basename(old) != os.path.basename(checkpoint_path):
         for stale in tf.gfile.Glob(old + ".*"):
           tf.gfile.Remove(stale)
@@ -542,11 +545,18 @@ def train(plan, model_fn, make_train_dataset, output_dir, num_train_steps, num_w
   """
   tf.gfile.MakeDirs(output_dir)
   latest = tf.train.latest_checkpoint(output_dir)
-  start_step = checkpoint_step(latest) if latest else 0
+  start_step = checkpoint_global_step(latest) if latest else 0
   if start_step >= num_train_steps:
     tf.logging.info("%s is already at step %d of %d: nothing to train.", latest, start_step,
                     num_train_steps)
     return latest
+  best = None
+  if eval_spec is not None and eval_spec.best_metric:
+    best = _BestCheckpoint(output_dir, eval_spec.best_metric, resuming=latest is not None)
+    if eval_spec.patience and best.evals_since_best >= eval_spec.patience:
+      tf.logging.info("%s stopped early (no better %s in %d evaluations): nothing to train.",
+                      output_dir, best.metric, best.evals_since_best)
+      return latest
 
   graph = tf.Graph()
   with graph.as_default():
@@ -560,7 +570,6 @@ def train(plan, model_fn, make_train_dataset, output_dir, num_train_steps, num_w
       eval_iterator = tf.data.make_initializable_iterator(eval_spec.make_dataset())
       eval_outputs = build_inference(plan, model_fn, eval_iterator.get_next(),
                                      eval_spec.global_batch_size)
-      best = _BestCheckpoint(output_dir, eval_spec.best_metric) if eval_spec.best_metric else None
     if latest:
       tf.logging.info("Resuming from %s (step %d of %d); --init_checkpoint is not used.",
                       latest, start_step, num_train_steps)
@@ -579,6 +588,9 @@ def train(plan, model_fn, make_train_dataset, output_dir, num_train_steps, num_w
     with tf.Session(config=plan.session_config()) as sess:
       if latest:
         saver.restore(sess, latest)
+        # Lets keep_checkpoint_max delete the checkpoints written before the restart too.
+        saver.recover_last_checkpoints(
+            tf.train.get_checkpoint_state(output_dir).all_model_checkpoint_paths)
       else:
         sess.run(global_init)
       sess.run(local_init)
@@ -620,11 +632,13 @@ def train(plan, model_fn, make_train_dataset, output_dir, num_train_steps, num_w
           result = sess.run({k: v for k, v in fetches.items() if k != "loss"})
           result["loss"] = float(np.mean(micro_losses))
         step += 1
-        if not np.isfinite(result["loss"]):
+        # A non-finite gradient norm means this update wrote NaN/inf into the weights.
+        if not (np.isfinite(result["loss"]) and np.isfinite(result["global_norm"])):
           raise TrainingDiverged(
-              "The training loss is %s at step %d; stopped without saving, so the last good "
-              "checkpoint (%s) is intact. Lower --learning_rate or check the input data." %
-              (result["loss"], step, last_path or "none"))
+              "The training loss is %s and the gradient norm %s at step %d; stopped without "
+              "saving, so the last good checkpoint (%s) is intact. Lower --learning_rate or "
+              "check the input data." %
+              (result["loss"], result["global_norm"], step, last_path or "none"))
         window_steps += 1
         window_loss += result["loss"]
         if step % log_steps == 0 or step == num_train_steps:
@@ -644,6 +658,7 @@ def train(plan, model_fn, make_train_dataset, output_dir, num_train_steps, num_w
           last_path, stop = save_and_evaluate(step)
           if stop:
             break
+          window_start = time.time()  # saving and evaluating are not training speed
       writer.close()
       if eval_writer:
         eval_writer.close()

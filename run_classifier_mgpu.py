@@ -1418,8 +1418,8 @@ flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unu
 
 multigpu.define_multigpu_flags()
 flags.DEFINE_enum("best_metric", "accuracy", ["accuracy", "macro_f1"], "With --do_train and "
-                  "--do_eval: the dev metric whose best checkpoint is kept in output_dir/best "
-                  "and used for --do_predict.")
+                  "--do_eval: the dev metric whose best checkpoint is kept in output_dir/best"
+                  "; eval and predict use output_dir/best whenever it exists.")
 flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations without "
                      "a better --best_metric (0: never).")
 flags.DEFINE_integer("num_workers", 0, "Processes for featurizing (0: all cores).")
@@ -1457,6 +1457,9 @@ def check_flags():
                      "chinese_L-12_H-768_A-12/bert_model.ckpt." %
                      (FLAGS.init_checkpoint, FLAGS.init_checkpoint))
   multigpu.check_tower_counts(FLAGS.n_gpus, FLAGS.towers_per_gpu)
+  if FLAGS.early_stopping_patience < 0:
+    raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
+                     FLAGS.early_stopping_patience)
   for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
                "save_checkpoints_steps", "log_steps", "accumulation_steps"):
     if getattr(FLAGS, name) < 1:
@@ -1491,11 +1494,12 @@ def load_tokenizer(bert_config):
   return tokenizer
 
 
-def checkpoint_for_inference(trained_with_best):
+def checkpoint_for_inference():
   """The weights to evaluate/predict with, and a phrase saying why."""
-  best = tf.train.latest_checkpoint(os.path.join(FLAGS.output_dir, "best"))
-  if trained_with_best and best:
-    return best, "the best dev %s" % FLAGS.best_metric
+  best_dir = os.path.join(FLAGS.output_dir, "best")
+  best = tf.train.latest_checkpoint(best_dir) if tf.gfile.IsDirectory(best_dir) else None
+  if best:
+    return best, "the best dev checkpoint, kept in %s" % best_dir
   latest = tf.train.latest_checkpoint(FLAGS.output_dir)
   if latest:
     return latest, "the latest checkpoint in --output_dir"
@@ -1574,7 +1578,7 @@ def main(_):
 
   if not (FLAGS.do_eval or FLAGS.do_predict):
     return
-  checkpoint, why = checkpoint_for_inference(FLAGS.do_train and FLAGS.do_eval)
+  checkpoint, why = checkpoint_for_inference()
   tf.logging.info("Evaluating/predicting with %s (%s).", checkpoint, why)
   if FLAGS.do_eval:
     outputs = multigpu.infer(plan, model_fn, make_eval_dataset, eval_batch, checkpoint)
@@ -1589,6 +1593,9 @@ def main(_):
         plan, model_fn,
         lambda: multigpu.make_dataset([records["test"]], spec, predict_batch, is_training=False),
         predict_batch, checkpoint)
+    if len(outputs["probabilities"]) != len(splits["test"]):
+      raise AssertionError("%d predictions for %d test examples" % (
+          len(outputs["probabilities"]), len(splits["test"])))
     write_predict_outputs(FLAGS.output_dir, splits["test"], outputs["probabilities"],
                           label_list)
     tf.logging.info("Wrote %d predictions to %s", len(splits["test"]),

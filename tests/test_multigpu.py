@@ -20,7 +20,7 @@ TINY_CONFIG = modeling.BertConfig(
     max_position_embeddings=16, type_vocab_size=2)
 
 
-def classifier_model_fn(config=TINY_CONFIG, nan_loss=False):
+def classifier_model_fn(config=TINY_CONFIG, nan_loss=False, nan_gradient=False):
   """A tiny BERT classifier: the same kind of model the run scripts build."""
   def model_fn(features, is_training):
     model = modeling.BertModel(config, is_training, features["input_ids"],
@@ -36,6 +36,9 @@ def classifier_model_fn(config=TINY_CONFIG, nan_loss=False):
     loss = tf.reduce_mean(per_example_loss)
     if nan_loss:
       loss = loss * np.nan
+    if nan_gradient:
+      # Adds exactly 0 to the loss, but its gradient is 0/0: the update writes NaN.
+      loss += tf.sqrt(tf.reduce_sum(tf.square(bias - tf.stop_gradient(bias))))
     return {"loss": loss, "per_example_loss": per_example_loss,
             "probabilities": tf.nn.softmax(logits), "label_ids": features["label_ids"]}
   return model_fn
@@ -265,3 +268,48 @@ def test_non_finite_loss_stops_without_a_new_checkpoint(tmp_path):
                    train_dataset_fn(records, 8), output_dir, 3, 0, 1e-3, 8,
                    save_checkpoints_steps=1)
   assert tf.train.latest_checkpoint(output_dir) is None
+
+
+def test_non_finite_gradient_with_a_finite_loss_stops_before_saving(tmp_path):
+  data = random_batch(np.random.RandomState(4), 16)
+  records = str(tmp_path / "train.tf_record")
+  write_records(records, data)
+  output_dir = str(tmp_path / "model")
+  with pytest.raises(multigpu.TrainingDiverged, match=r"gradient norm nan at step 1\b"):
+    multigpu.train(cpu_plan(1), classifier_model_fn(nan_gradient=True),
+                   train_dataset_fn(records, 8), output_dir, 3, 0, 1e-3, 8,
+                   save_checkpoints_steps=1)
+  assert tf.train.latest_checkpoint(output_dir) is None
+
+
+def test_keep_checkpoint_max_also_counts_checkpoints_from_before_a_restart(tmp_path):
+  data = random_batch(np.random.RandomState(5), 16)
+  records = str(tmp_path / "train.tf_record")
+  write_records(records, data)
+  output_dir = str(tmp_path / "model")
+  for steps in (3, 6):
+    multigpu.train(cpu_plan(1), classifier_model_fn(), train_dataset_fn(records, 8), output_dir,
+                   steps, 0, 1e-3, 8, save_checkpoints_steps=1, keep_checkpoint_max=2)
+  kept = sorted(os.path.basename(p) for p in glob.glob(os.path.join(output_dir, "*.index")))
+  assert kept == ["model.ckpt-5.index", "model.ckpt-6.index"]
+
+
+def test_early_stopped_run_does_not_train_again_and_best_dir_can_move(tmp_path):
+  data = random_batch(np.random.RandomState(6), 16)
+  records = str(tmp_path / "train.tf_record")
+  write_records(records, data)
+  output_dir = str(tmp_path / "model")
+  # A metric that never improves after the first evaluation: patience 1 stops at step 2.
+  eval_spec = multigpu.EvalSpec(
+      lambda: multigpu.make_dataset([records], FEATURE_SPEC, 8, False), 8,
+      lambda outputs: {"score": 0.5}, "score", 1)
+  for _ in range(2):
+    last = multigpu.train(cpu_plan(1), classifier_model_fn(), train_dataset_fn(records, 8),
+                          output_dir, 10, 0, 1e-3, 8, save_checkpoints_steps=1,
+                          eval_spec=eval_spec)
+    assert os.path.basename(last) == "model.ckpt-2"
+  assert os.path.basename(tf.train.latest_checkpoint(output_dir)) == "model.ckpt-2"
+  moved = str(tmp_path / "moved")
+  shutil.move(output_dir, moved)
+  best = tf.train.latest_checkpoint(os.path.join(moved, "best"))
+  assert best is not None and os.path.basename(best) == "model.ckpt-1"
