@@ -6,6 +6,7 @@ ratios measure what the tower builder costs (splitting the batch, per-tower grap
 averaging), not a speed-up. On GPUs the same script shows the scaling.
 
   python scripts/bench_towers.py [--steps 30] [--global_batch 32] [--towers 1,2,4]
+                                 [--variables_on_gpu]
 
 Prints examples/sec per tower count and its ratio to the first one, all measured in one run.
 """
@@ -32,9 +33,9 @@ def model_fn(features, is_training):
   return {"loss": tf.reduce_mean(tf.square(model.get_pooled_output()))}
 
 
-def examples_per_second(num_towers, global_batch, steps, warmup_steps=5):
+def examples_per_second(num_towers, global_batch, steps, variables_on_gpu, warmup_steps=5):
   """Trains `steps` steps on random token ids; returns global examples per second."""
-  plan = multigpu.plan_devices(num_towers, visible_gpus=multigpu.count_visible_gpus())
+  plan = multigpu.plan_devices(num_towers, variables_on_gpu=variables_on_gpu)
   with tf.Graph().as_default():
     tf.set_random_seed(1)
     # Fresh random ids each step, made in the graph: no feeding cost in the measurement.
@@ -56,6 +57,8 @@ def main():
   parser.add_argument("--steps", type=int, default=30)
   parser.add_argument("--global_batch", type=int, default=32)
   parser.add_argument("--towers", default="1,2,4")
+  parser.add_argument("--variables_on_gpu", action="store_true",
+                      help="variables and the update on GPU 0 instead of the host CPU")
   args = parser.parse_args()
   tf.logging.set_verbosity(tf.logging.ERROR)
   counts = [int(t) for t in args.towers.split(",")]
@@ -65,7 +68,7 @@ def main():
                             CONFIG.hidden_size, CONFIG.num_hidden_layers, args.steps))
   baseline = None
   for count in counts:
-    rate = examples_per_second(count, args.global_batch, args.steps)
+    rate = examples_per_second(count, args.global_batch, args.steps, args.variables_on_gpu)
     baseline = baseline or rate
     print("towers %d: %8.1f examples/sec  (%.2fx of %d tower%s)" % (
         count, rate, rate / baseline, counts[0], "" if counts[0] == 1 else "s"))
