@@ -384,20 +384,36 @@ class BasicTokenizer(object):
   def tokenize(self, text):
     """Tokenizes `text` (str or UTF-8 bytes) into a list of basic tokens."""
     text = convert_to_unicode(text)
-    cache = self._cache
-    tokens = _split_into_whitespace_tokens(text)
-    try:
-      return [piece for token in tokens for piece in cache[token]]
-    except KeyError:
-      pass
-    output = []
-    for token in tokens:
-      pieces = cache.get(token)
-      if pieces is None:
-        pieces = self.tokenize_whitespace_token(token)
-        _bounded_cache_put(cache, self.cache_size, token, pieces)
-      output.extend(pieces)
-    return output
+    return _tokenize_through_cache(text, self._cache, self.cache_size,
+                                   self.tokenize_whitespace_token)
+
+
+def _tokenize_through_cache(text, cache, cache_size, tokenize_token):
+  """Splits `text` on whitespace and maps each token through `cache`.
+
+  Args:
+    text: str.
+    cache: dict whitespace token -> tuple of output tokens.
+    cache_size: the most entries `cache` may hold.
+    tokenize_token: function(token) -> tuple, called on a cache miss.
+
+  Returns:
+    The list of output tokens.
+  """
+  tokens = _split_into_whitespace_tokens(text)
+  try:
+    # All hits, the usual case for short Chinese texts: one comprehension.
+    return [piece for token in tokens for piece in cache[token]]
+  except KeyError:
+    pass
+  output = []
+  for token in tokens:
+    pieces = cache.get(token)
+    if pieces is None:
+      pieces = tokenize_token(token)
+      _bounded_cache_put(cache, cache_size, token, pieces)
+    output.extend(pieces)
+  return output
 
 
 def _cache_resetting_property(attribute, doc):
@@ -541,22 +557,12 @@ class FullTokenizer(object):
       # cache was filled.
       self._cache.clear()
       self._cache_state = state
-    cache = self._cache
-    tokens = _split_into_whitespace_tokens(text)
-    try:
-      return [piece for token in tokens for piece in cache[token]]
-    except KeyError:
-      pass
-    output = []
-    for token in tokens:
-      pieces = cache.get(token)
-      if pieces is None:
-        pieces = tuple(
-            piece for word in basic.tokenize_whitespace_token(token)
-            for piece in wordpiece.tokenize_word(word))
-        _bounded_cache_put(cache, self.cache_size, token, pieces)
-      output.extend(pieces)
-    return output
+
+    def word_pieces(token):
+      return tuple(piece for word in basic.tokenize_whitespace_token(token)
+                   for piece in wordpiece.tokenize_word(word))
+
+    return _tokenize_through_cache(text, self._cache, self.cache_size, word_pieces)
 
   def convert_tokens_to_ids(self, tokens):
     """Returns the vocab ids of `tokens`."""

@@ -205,6 +205,13 @@ def write_records(path, batch):
                    .SerializeToString())
 
 
+def records_file(tmp_path, seed, num_examples):
+  """Writes random_batch(seed, num_examples) as TFRecords; returns the path."""
+  path = str(tmp_path / "data.tf_record")
+  write_records(path, random_batch(np.random.RandomState(seed), num_examples))
+  return path
+
+
 def train_dataset_fn(path, global_batch):
   return lambda skip: multigpu.make_dataset([path], FEATURE_SPEC, global_batch, True, seed=5,
                                             skip_batches=skip)
@@ -258,34 +265,23 @@ def test_resumed_training_ends_where_an_uninterrupted_run_does(tmp_path):
     np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
-def test_non_finite_loss_stops_without_a_new_checkpoint(tmp_path):
-  data = random_batch(np.random.RandomState(4), 16)
-  records = str(tmp_path / "train.tf_record")
-  write_records(records, data)
+@pytest.mark.parametrize("model_option, message", [
+    ("nan_loss", r"loss is nan and the gradient norm nan at step 1\b"),
+    # A finite loss whose gradient is NaN: the update would write NaN into the weights.
+    ("nan_gradient", r"gradient norm nan at step 1\b"),
+])
+def test_non_finite_step_stops_without_a_new_checkpoint(tmp_path, model_option, message):
+  records = records_file(tmp_path, seed=4, num_examples=16)
   output_dir = str(tmp_path / "model")
-  with pytest.raises(multigpu.TrainingDiverged, match=r"at step 1\b"):
-    multigpu.train(cpu_plan(2), classifier_model_fn(nan_loss=True),
-                   train_dataset_fn(records, 8), output_dir, 3, 0, 1e-3, 8,
-                   save_checkpoints_steps=1)
-  assert tf.train.latest_checkpoint(output_dir) is None
-
-
-def test_non_finite_gradient_with_a_finite_loss_stops_before_saving(tmp_path):
-  data = random_batch(np.random.RandomState(4), 16)
-  records = str(tmp_path / "train.tf_record")
-  write_records(records, data)
-  output_dir = str(tmp_path / "model")
-  with pytest.raises(multigpu.TrainingDiverged, match=r"gradient norm nan at step 1\b"):
-    multigpu.train(cpu_plan(1), classifier_model_fn(nan_gradient=True),
+  with pytest.raises(multigpu.TrainingDiverged, match=message):
+    multigpu.train(cpu_plan(2), classifier_model_fn(**{model_option: True}),
                    train_dataset_fn(records, 8), output_dir, 3, 0, 1e-3, 8,
                    save_checkpoints_steps=1)
   assert tf.train.latest_checkpoint(output_dir) is None
 
 
 def test_keep_checkpoint_max_also_counts_checkpoints_from_before_a_restart(tmp_path):
-  data = random_batch(np.random.RandomState(5), 16)
-  records = str(tmp_path / "train.tf_record")
-  write_records(records, data)
+  records = records_file(tmp_path, seed=5, num_examples=16)
   output_dir = str(tmp_path / "model")
   for steps in (3, 6):
     multigpu.train(cpu_plan(1), classifier_model_fn(), train_dataset_fn(records, 8), output_dir,
@@ -295,9 +291,7 @@ def test_keep_checkpoint_max_also_counts_checkpoints_from_before_a_restart(tmp_p
 
 
 def test_early_stopped_run_does_not_train_again_and_best_dir_can_move(tmp_path):
-  data = random_batch(np.random.RandomState(6), 16)
-  records = str(tmp_path / "train.tf_record")
-  write_records(records, data)
+  records = records_file(tmp_path, seed=6, num_examples=16)
   output_dir = str(tmp_path / "model")
   # A metric that never improves after the first evaluation: patience 1 stops at step 2.
   eval_spec = multigpu.EvalSpec(
