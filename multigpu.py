@@ -16,6 +16,7 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import modeling
 import optimization
 
 
@@ -442,7 +443,6 @@ def init_from_checkpoint(init_checkpoint):
   Raises:
     UsageError: missing checkpoint, or a variable whose shape differs from the checkpoint's.
   """
-  import modeling  # modeling imports nothing of ours; imported here to keep this module light
   tvars = tf.trainable_variables()
   try:
     assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(
@@ -714,6 +714,47 @@ def define_multigpu_flags():
   flags.DEFINE_integer("log_steps", 100, "Log progress every this many steps.")
   flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches whose gradients are averaged "
                        "into one update.")
+
+
+def check_run_flags(flags_values, positive_flag_names):
+  """Checks what every run script's flags share. Raises UsageError naming the flag.
+
+  Args:
+    flags_values: tf.flags.FLAGS.
+    positive_flag_names: integer flags that must be at least 1.
+  """
+  if flags_values.use_tpu:
+    raise UsageError("--use_tpu=true: bert-mgpu does not run on TPUs. Drop --use_tpu and set "
+                     "--n_gpus to the GPUs to use.")
+  check_tower_counts(flags_values.n_gpus, flags_values.towers_per_gpu)
+  init_checkpoint = flags_values.init_checkpoint
+  if init_checkpoint and not tf.gfile.Exists(init_checkpoint + ".index"):
+    raise UsageError("--init_checkpoint=%s: no checkpoint there (expected %s.index). Give the "
+                     "path without the .index/.data suffix, e.g. "
+                     "chinese_L-12_H-768_A-12/bert_model.ckpt." %
+                     (init_checkpoint, init_checkpoint))
+  for name in positive_flag_names:
+    if getattr(flags_values, name) < 1:
+      raise UsageError("--%s=%d: it must be at least 1." % (name, getattr(flags_values, name)))
+
+
+def load_bert_config(config_file, max_seq_length):
+  """Reads bert_config.json and checks max_seq_length against it. Raises UsageError."""
+  try:
+    bert_config = modeling.BertConfig.from_json_file(config_file)
+  except ValueError as e:
+    raise UsageError(str(e))
+  if max_seq_length > bert_config.max_position_embeddings:
+    raise UsageError(
+        "--max_seq_length=%d is longer than max_position_embeddings=%d in %s: use "
+        "--max_seq_length=%d or less." % (max_seq_length, bert_config.max_position_embeddings,
+                                          config_file, bert_config.max_position_embeddings))
+  return bert_config
+
+
+def format_key_values(values):
+  """Google's eval_results.txt: `key = value` lines, keys sorted."""
+  return "".join("%s = %s\n" % (key, values[key]) for key in sorted(values))
 
 
 def run_main(main):

@@ -1335,17 +1335,13 @@ def format_eval_report(metrics, report):
   return "\n".join(lines) + "\n"
 
 
-def format_key_values(values):
-  """Google's eval_results.txt: `key = value` lines, keys sorted."""
-  return "".join("%s = %s\n" % (key, values[key]) for key in sorted(values))
-
-
 def _one_line(text):
   return " ".join((text or "").split())
 
 
 def write_eval_outputs(output_dir, metrics, report):
-  atomic_write_text(os.path.join(output_dir, "eval_results.txt"), format_key_values(metrics))
+  atomic_write_text(os.path.join(output_dir, "eval_results.txt"),
+                    multigpu.format_key_values(metrics))
   atomic_write_text(os.path.join(output_dir, "eval_report.txt"),
                     format_eval_report(metrics, report))
   atomic_write_text(os.path.join(output_dir, "eval_report.json"),
@@ -1438,9 +1434,6 @@ def _require_file(flag_name, path):
 
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig."""
-  if FLAGS.use_tpu:
-    raise UsageError("--use_tpu=true: bert-mgpu does not run on TPUs. Drop --use_tpu and set "
-                     "--n_gpus to the GPUs to use.")
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
     raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
                      "--do_predict.")
@@ -1451,32 +1444,16 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   _require_file("bert_config_file", FLAGS.bert_config_file)
   _require_file("vocab_file", FLAGS.vocab_file)
-  if FLAGS.init_checkpoint and not tf.gfile.Exists(FLAGS.init_checkpoint + ".index"):
-    raise UsageError("--init_checkpoint=%s: no checkpoint there (expected %s.index). Give the "
-                     "path without the .index/.data suffix, e.g. "
-                     "chinese_L-12_H-768_A-12/bert_model.ckpt." %
-                     (FLAGS.init_checkpoint, FLAGS.init_checkpoint))
-  multigpu.check_tower_counts(FLAGS.n_gpus, FLAGS.towers_per_gpu)
   if FLAGS.early_stopping_patience < 0:
     raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
                      FLAGS.early_stopping_patience)
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "save_checkpoints_steps", "log_steps", "accumulation_steps"):
-    if getattr(FLAGS, name) < 1:
-      raise UsageError("--%s=%d: it must be at least 1." % (name, getattr(FLAGS, name)))
+  multigpu.check_run_flags(FLAGS, ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                                   "save_checkpoints_steps", "log_steps", "accumulation_steps"))
   try:
-    bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
     tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   except ValueError as e:
     raise UsageError(str(e))
-  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
-    raise UsageError(
-        "--max_seq_length=%d is longer than max_position_embeddings=%d in %s: use "
-        "--max_seq_length=%d or less." % (FLAGS.max_seq_length,
-                                          bert_config.max_position_embeddings,
-                                          FLAGS.bert_config_file,
-                                          bert_config.max_position_embeddings))
-  return bert_config
+  return multigpu.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def load_tokenizer(bert_config):

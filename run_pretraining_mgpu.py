@@ -1,0 +1,384 @@
+# coding=utf-8
+"""Pre-trains BERT (masked LM + next sentence prediction) on every GPU of a machine.
+
+The flags are those of Google's run_pretraining.py (REFERENCE.md 8) plus the
+multi-GPU ones of multigpu.define_multigpu_flags(). The input is the TFRecord
+output of create_pretraining_data.py; --input_file takes comma-separated globs
+or directories (a directory means its *.tfrecord files).
+
+The heads use Google's variable names (cls/predictions/..., cls/seq_relationship/...)
+and the masked-LM output weight is tied to bert/embeddings/word_embeddings, so the
+checkpoints load in Google's scripts and in run_classifier_mgpu.py.
+
+--optimizer defaults to adamw (Google's AdamWeightDecay); --optimizer=lamb is the
+usual choice for large global batches.
+"""
+
+import os
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+import modeling
+import multigpu
+from multigpu import UsageError
+
+
+# ---------------------------------------------------------------------------
+# The heads
+# ---------------------------------------------------------------------------
+
+def gather_positions(sequence_tensor, positions):
+  """Gathers the vectors at `positions` of each example.
+
+  Args:
+    sequence_tensor: float Tensor [batch, seq, width].
+    positions: int Tensor [batch, num_positions], indexes into seq.
+
+  Returns:
+    float Tensor [batch * num_positions, width], example by example.
+  """
+  shape = modeling.get_shape_list(sequence_tensor, expected_rank=3)
+  batch_size, seq_length, width = shape[0], shape[1], shape[2]
+  # Each example's positions move by its offset in the flattened [batch * seq] rows.
+  flat_offsets = tf.reshape(tf.range(batch_size, dtype=positions.dtype) * seq_length,
+                            [-1, 1])  # [batch, 1]
+  flat_positions = tf.reshape(positions + flat_offsets, [-1])  # [batch * num_positions]
+  flat_sequence = tf.reshape(sequence_tensor, [-1, width])  # [batch * seq, width]
+  return tf.gather(flat_sequence, flat_positions)
+
+
+def masked_lm_head(bert_config, sequence_output, embedding_table, positions, label_ids,
+                   label_weights):
+  """The masked-LM head: transform, tied output projection, weighted loss.
+
+  Args:
+    bert_config: BertConfig.
+    sequence_output: float Tensor [batch, seq, hidden].
+    embedding_table: the word embedding variable [vocab, hidden] (the tied output weight).
+    positions, label_ids: int Tensors [batch, max_pred].
+    label_weights: float Tensor [batch, max_pred], 1.0 for real predictions, 0.0 padding.
+
+  Returns:
+    (loss scalar, label log-probabilities [batch, max_pred], predictions [batch, max_pred]).
+  """
+  batch_and_preds = modeling.get_shape_list(positions, expected_rank=2)
+  hidden = gather_positions(sequence_output, positions)  # [batch * max_pred, hidden]
+  with tf.variable_scope("cls/predictions"):
+    with tf.variable_scope("transform"):
+      hidden = modeling.dense_layer(
+          hidden, bert_config.hidden_size,
+          activation=modeling.get_activation(bert_config.hidden_act),
+          kernel_initializer=modeling.create_initializer(bert_config.initializer_range),
+          name="dense")
+      hidden = modeling.layer_norm(hidden)
+    output_bias = tf.get_variable("output_bias", [bert_config.vocab_size],
+                                  initializer=tf.zeros_initializer())
+    logits = tf.nn.bias_add(tf.matmul(hidden, embedding_table, transpose_b=True),
+                            output_bias)  # [batch * max_pred, vocab]
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+  flat_ids = tf.reshape(label_ids, [-1])
+  one_hot = tf.one_hot(flat_ids, depth=bert_config.vocab_size, dtype=tf.float32)
+  label_log_probs = tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch * max_pred]
+  flat_weights = tf.reshape(tf.cast(label_weights, tf.float32), [-1])
+  # Padding slots have weight 0; the 1e-5 keeps an all-padding batch finite.
+  loss = -tf.reduce_sum(flat_weights * label_log_probs) / (tf.reduce_sum(flat_weights) + 1e-5)
+  predictions = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+  return (loss, tf.reshape(label_log_probs, batch_and_preds),
+          tf.reshape(predictions, batch_and_preds))
+
+
+def next_sentence_head(bert_config, pooled_output, labels):
+  """The next-sentence head: label 0 = B follows A, 1 = B is random.
+
+  Args:
+    bert_config: BertConfig.
+    pooled_output: float Tensor [batch, hidden].
+    labels: int Tensor [batch].
+
+  Returns:
+    (mean loss scalar, label log-probabilities [batch], predictions [batch]).
+  """
+  with tf.variable_scope("cls/seq_relationship"):
+    output_weights = tf.get_variable(
+        "output_weights", [2, bert_config.hidden_size],
+        initializer=modeling.create_initializer(bert_config.initializer_range))
+    output_bias = tf.get_variable("output_bias", [2], initializer=tf.zeros_initializer())
+    logits = tf.nn.bias_add(tf.matmul(pooled_output, output_weights, transpose_b=True),
+                            output_bias)  # [batch, 2]
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+  label_log_probs = tf.reduce_sum(tf.one_hot(labels, depth=2, dtype=tf.float32) * log_probs,
+                                  axis=-1)  # [batch]
+  predictions = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+  return -tf.reduce_mean(label_log_probs), label_log_probs, predictions
+
+
+def create_model_fn(bert_config):
+  """Returns model_fn(features, is_training) for multigpu: BERT + masked LM + next sentence.
+
+  The dict it returns holds "loss" (masked-LM loss + next-sentence loss) and the
+  per-example outputs the eval metrics need.
+  """
+  def model_fn(features, is_training):
+    model = modeling.BertModel(
+        config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+        input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
+    mlm_loss, mlm_log_probs, mlm_predictions = masked_lm_head(
+        bert_config, model.get_sequence_output(), model.get_embedding_table(),
+        features["masked_lm_positions"], features["masked_lm_ids"],
+        features["masked_lm_weights"])
+    nsp_labels = tf.reshape(features["next_sentence_labels"], [-1])  # [batch]
+    nsp_loss, nsp_log_probs, nsp_predictions = next_sentence_head(
+        bert_config, model.get_pooled_output(), nsp_labels)
+    return {"loss": mlm_loss + nsp_loss,
+            "masked_lm_log_probs": mlm_log_probs,
+            "masked_lm_predictions": mlm_predictions,
+            "masked_lm_ids": features["masked_lm_ids"],
+            "masked_lm_weights": features["masked_lm_weights"],
+            "next_sentence_log_probs": nsp_log_probs,
+            "next_sentence_predictions": nsp_predictions,
+            "next_sentence_labels": nsp_labels}
+  return model_fn
+
+
+# ---------------------------------------------------------------------------
+# Input
+# ---------------------------------------------------------------------------
+
+def input_feature_spec(max_seq_length, max_predictions_per_seq):
+  """The features create_pretraining_data.py writes (REFERENCE.md 6)."""
+  return {
+      "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
+      "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
+      "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
+      "masked_lm_positions": tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_ids": tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_weights": tf.FixedLenFeature([max_predictions_per_seq], tf.float32),
+      "next_sentence_labels": tf.FixedLenFeature([1], tf.int64),
+  }
+
+
+def _glob(pattern):
+  """tf.gfile.Glob, but [] where TF 1.15 raises NotFoundError for a missing directory."""
+  try:
+    return tf.gfile.Glob(pattern)
+  except tf.errors.NotFoundError:
+    return []
+
+
+def expand_input_files(input_file_flag):
+  """The TFRecord files named by --input_file: comma-separated globs or directories.
+
+  Raises:
+    UsageError: the flag is empty, or a pattern matches no file.
+  """
+  patterns = [p.strip() for p in (input_file_flag or "").split(",") if p.strip()]
+  if not patterns:
+    raise UsageError("--input_file is required: the TFRecord files of "
+                     "create_pretraining_data.py (comma-separated globs or a directory).")
+  files = []
+  for pattern in patterns:
+    if tf.gfile.IsDirectory(pattern):
+      matches = sorted(_glob(os.path.join(pattern, "*.tfrecord")))
+      if not matches:
+        raise UsageError("--input_file: directory %s holds no *.tfrecord file. Name the "
+                         "files with a glob instead." % pattern)
+    else:
+      matches = sorted(p for p in _glob(pattern) if not tf.gfile.IsDirectory(p))
+      if not matches:
+        raise UsageError("--input_file: %s matches no file. Check the path." % pattern)
+    files.extend(matches)
+  return files
+
+
+def check_record_lengths(path, feature_spec):
+  """Checks the first record of `path` against the feature lengths the flags ask for.
+
+  Raises:
+    UsageError: a feature is missing or has another length (the data was written with
+      another --max_seq_length or --max_predictions_per_seq), or the file is not TFRecord.
+  """
+  try:
+    record = next(iter(tf.python_io.tf_record_iterator(path)), None)
+  except tf.errors.OpError as e:
+    raise UsageError("%s is not a readable TFRecord file (%s). --input_file takes the output "
+                     "of create_pretraining_data.py." % (path, e.message.split("\n")[0]))
+  if record is None:
+    raise UsageError("%s holds no record. Re-create it with create_pretraining_data.py."
+                     % path)
+  example = tf.train.Example.FromString(record)
+  for name, spec in sorted(feature_spec.items()):
+    if name not in example.features.feature:
+      raise UsageError("%s, record 1: no feature %s. --input_file takes the output of "
+                       "create_pretraining_data.py." % (path, name))
+    feature = example.features.feature[name]
+    values = feature.float_list.value if spec.dtype == tf.float32 else feature.int64_list.value
+    if len(values) != spec.shape[0]:
+      flag = ("--max_predictions_per_seq" if name.startswith("masked_lm")
+              else "--max_seq_length" if name != "next_sentence_labels" else None)
+      hint = (" Set %s=%d to match the data (or re-create it)." % (flag, len(values))
+              if flag else "")
+      raise UsageError("%s, record 1: feature %s has %d values, expected %d.%s" %
+                       (path, name, len(values), spec.shape[0], hint))
+
+
+# ---------------------------------------------------------------------------
+# Metrics and output files
+# ---------------------------------------------------------------------------
+
+def pretraining_metrics(outputs):
+  """Google's pre-training eval metrics from per-example outputs (NumPy).
+
+  Masked-LM figures are weighted by masked_lm_weights (padding slots do not count);
+  loss is masked_lm_loss + next_sentence_loss.
+  """
+  weights = outputs["masked_lm_weights"].astype(np.float64)  # [n, max_pred]
+  total_weight = max(float(weights.sum()), 1e-12)
+  correct = (outputs["masked_lm_predictions"] == outputs["masked_lm_ids"]).astype(np.float64)
+  mlm_accuracy = float((weights * correct).sum() / total_weight)
+  mlm_loss = float(-(weights * outputs["masked_lm_log_probs"]).sum() / total_weight)
+  nsp_accuracy = float(np.mean(outputs["next_sentence_predictions"] ==
+                               outputs["next_sentence_labels"]))
+  nsp_loss = float(-np.mean(outputs["next_sentence_log_probs"]))
+  return {"masked_lm_accuracy": mlm_accuracy, "masked_lm_loss": mlm_loss,
+          "next_sentence_accuracy": nsp_accuracy, "next_sentence_loss": nsp_loss,
+          "loss": mlm_loss + nsp_loss}
+
+
+# ---------------------------------------------------------------------------
+# Flags: Google's run_pretraining.py flags with their defaults, then ours
+# ---------------------------------------------------------------------------
+
+FLAGS = tf.flags.FLAGS
+
+
+def define_flags():
+  """Defines the flags. Called only when run as a script, so tests can import the module
+  next to other scripts that define flags of the same names."""
+  flags = tf.flags
+  flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+  flags.DEFINE_string("input_file", None, "TFRecord files of create_pretraining_data.py: "
+                      "comma-separated globs, or a directory (its *.tfrecord files).")
+  flags.DEFINE_string("output_dir", None, "Checkpoints, TensorBoard events and "
+                      "eval_results.txt go here.")
+  flags.DEFINE_string("init_checkpoint", None, "Checkpoint to start from, e.g. "
+                      "chinese_L-12_H-768_A-12/bert_model.ckpt.")
+  flags.DEFINE_integer("max_seq_length", 128, "Tokens per example; must match the data.")
+  flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked-LM predictions per example; "
+                       "must match the data.")
+  flags.DEFINE_bool("do_train", False, "Pre-train.")
+  flags.DEFINE_bool("do_eval", False, "Evaluate on --input_file (at every checkpoint when "
+                    "training too, and at the end).")
+  flags.DEFINE_integer("train_batch_size", 32, "Training batch size PER TOWER.")
+  flags.DEFINE_integer("eval_batch_size", 8, "Eval batch size per tower.")
+  flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+  flags.DEFINE_integer("num_train_steps", 100000, "Updates to train for (global_step at the "
+                       "end).")
+  flags.DEFINE_integer("num_warmup_steps", 10000, "Steps of linear learning-rate warmup.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save (and evaluate) every this many "
+                       "steps.")
+  flags.DEFINE_integer("max_eval_steps", 100, "Most global eval batches.")
+  flags.DEFINE_bool("use_tpu", False, "Not supported; accepted so that command lines parse.")
+  flags.DEFINE_string("tpu_name", None, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_string("tpu_zone", None, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_string("gcp_project", None, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_string("master", None, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_integer("iterations_per_loop", 1000, "Accepted for Google compatibility "
+                       "(TPU only); unused.")
+  # --optimizer (default adamw) comes from here; lamb suits large pre-training batches.
+  multigpu.define_multigpu_flags()
+
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+
+def check_flags():
+  """Validates flags and files before anything is written.
+
+  Returns:
+    (BertConfig, list of input TFRecord files).
+  """
+  if not (FLAGS.do_train or FLAGS.do_eval):
+    raise UsageError("Nothing to do: pass --do_train and/or --do_eval.")
+  if not FLAGS.output_dir:
+    raise UsageError("--output_dir is required.")
+  if not FLAGS.bert_config_file:
+    raise UsageError("--bert_config_file is required.")
+  if not tf.gfile.Exists(FLAGS.bert_config_file):
+    raise UsageError("--bert_config_file=%s: no such file. Check the path." %
+                     FLAGS.bert_config_file)
+  multigpu.check_run_flags(FLAGS, (
+      "train_batch_size", "eval_batch_size", "save_checkpoints_steps", "log_steps",
+      "accumulation_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq",
+      "num_train_steps"))
+  if FLAGS.num_warmup_steps < 0:
+    raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
+  bert_config = multigpu.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  input_files = expand_input_files(FLAGS.input_file)
+  spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
+  for path in input_files:
+    check_record_lengths(path, spec)
+  return bert_config, input_files
+
+
+def main(_):
+  bert_config, input_files = check_flags()
+  tf.logging.info("Input: %d TFRecord file(s): %s", len(input_files), ", ".join(input_files))
+  plan = multigpu.plan_devices(FLAGS.n_gpus, FLAGS.towers_per_gpu, FLAGS.variables_on_gpu)
+  towers = plan.num_towers
+  spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
+  model_fn = create_model_fn(bert_config)
+  eval_batch = FLAGS.eval_batch_size * towers
+
+  def make_eval_dataset():
+    return multigpu.make_dataset(input_files, spec, eval_batch,
+                                 is_training=False).take(FLAGS.max_eval_steps)
+
+  if FLAGS.do_train:
+    micro_batch = FLAGS.train_batch_size * towers
+    tf.logging.info("%d towers x per-tower batch %d x %d accumulation step(s) = global batch "
+                    "%d; %d steps, %d warmup steps, optimizer %s.", towers,
+                    FLAGS.train_batch_size, FLAGS.accumulation_steps,
+                    micro_batch * FLAGS.accumulation_steps, FLAGS.num_train_steps,
+                    FLAGS.num_warmup_steps, FLAGS.optimizer)
+    eval_spec = None
+    if FLAGS.do_eval:
+      eval_spec = multigpu.EvalSpec(make_eval_dataset, eval_batch, pretraining_metrics,
+                                    "masked_lm_accuracy", None)
+    multigpu.train(
+        plan, model_fn,
+        lambda skip: multigpu.make_dataset(input_files, spec, micro_batch, True,
+                                           FLAGS.random_seed, skip_batches=skip),
+        FLAGS.output_dir, FLAGS.num_train_steps, FLAGS.num_warmup_steps, FLAGS.learning_rate,
+        micro_batch, FLAGS.optimizer, FLAGS.init_checkpoint, FLAGS.save_checkpoints_steps,
+        FLAGS.keep_checkpoint_max, FLAGS.log_steps, FLAGS.random_seed,
+        FLAGS.accumulation_steps, eval_spec)
+
+  if not FLAGS.do_eval:
+    return
+  checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
+  if checkpoint is None:
+    if not FLAGS.init_checkpoint:
+      raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train "
+                       "first (--do_train) or point --output_dir at a trained model." %
+                       FLAGS.output_dir)
+    checkpoint = FLAGS.init_checkpoint
+  tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
+                  FLAGS.max_eval_steps, eval_batch)
+  outputs = multigpu.infer(plan, model_fn, make_eval_dataset, eval_batch, checkpoint)
+  metrics = pretraining_metrics(outputs)
+  metrics["global_step"] = multigpu.checkpoint_global_step(checkpoint)
+  tf.gfile.MakeDirs(FLAGS.output_dir)
+  path = os.path.join(FLAGS.output_dir, "eval_results.txt")
+  multigpu.atomic_write_text(path, multigpu.format_key_values(metrics))
+  tf.logging.info("***** Eval results (%d examples) *****", len(outputs["masked_lm_ids"]))
+  for key in sorted(metrics):
+    tf.logging.info("  %s = %s", key, metrics[key])
+  tf.logging.info("Wrote %s", path)
+
+
+if __name__ == "__main__":
+  define_flags()
+  multigpu.run_main(main)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Continue pre-training Google's released Chinese BERT on your own text, on every listed GPU:
+# first create the masked-LM / next-sentence TFRecords from $CORPUS, then pre-train from
+# $BERT_DIR/bert_model.ckpt. Edit the variables, or set them in the environment:
+#   BERT_DIR=/data/chinese_L-12_H-768_A-12 CORPUS='/data/corpus/*.txt' \
+#   DATA_DIR=/data/pretrain_records OUTPUT_DIR=/data/pretrain_out GPUS=0,1,2,3 \
+#   bash scripts/run_pretraining.sh
+# CORPUS: comma-separated globs of UTF-8 text, one sentence per line, a blank line between
+# documents. Extra arguments go to run_pretraining_mgpu.py (e.g. --num_train_steps=20000).
+# Run it again with the same OUTPUT_DIR to resume where it stopped.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+BERT_DIR=${BERT_DIR:-$HOME/models/chinese_L-12_H-768_A-12}
+CORPUS=${CORPUS:-$HOME/data/corpus/*.txt}
+DATA_DIR=${DATA_DIR:-$HOME/data/pretrain_records}
+OUTPUT_DIR=${OUTPUT_DIR:-$HOME/output/pretrain}
+GPUS=${GPUS:-0,1}
+MAX_SEQ_LENGTH=${MAX_SEQ_LENGTH:-128}
+MAX_PREDICTIONS=${MAX_PREDICTIONS:-20}
+PYTHON=${PYTHON:-python}
+
+# 1. The TFRecords (skipped when they already exist; delete DATA_DIR to re-create them).
+record_file="$DATA_DIR/pretrain_data.tfrecord"
+if [ ! -s "$record_file" ]; then
+  mkdir -p "$DATA_DIR"
+  "$PYTHON" "$repo/create_pretraining_data.py" \
+    --input_file="$CORPUS" \
+    --output_file="$record_file" \
+    --vocab_file="$BERT_DIR/vocab.txt" \
+    --do_lower_case=true \
+    --max_seq_length="$MAX_SEQ_LENGTH" \
+    --max_predictions_per_seq="$MAX_PREDICTIONS" \
+    --masked_lm_prob=0.15 \
+    --dupe_factor=5
+fi
+
+# 2. Pre-training. One tower per listed GPU; --train_batch_size is per tower, so the global
+# batch is 32 x GPUs. LAMB is the usual optimizer for large pre-training batches.
+n_gpus=$(echo "$GPUS" | tr ',' '\n' | grep -c .)
+export CUDA_VISIBLE_DEVICES=$GPUS
+exec "$PYTHON" "$repo/run_pretraining_mgpu.py" \
+  --input_file="$DATA_DIR" \
+  --bert_config_file="$BERT_DIR/bert_config.json" \
+  --init_checkpoint="$BERT_DIR/bert_model.ckpt" \
+  --output_dir="$OUTPUT_DIR" \
+  --do_train=true --do_eval=true \
+  --n_gpus="$n_gpus" \
+  --optimizer=lamb \
+  --max_seq_length="$MAX_SEQ_LENGTH" \
+  --max_predictions_per_seq="$MAX_PREDICTIONS" \
+  --train_batch_size=32 \
+  --learning_rate=2e-5 \
+  --num_train_steps=100000 \
+  --num_warmup_steps=10000 \
+  --save_checkpoints_steps=1000 \
+  "$@"
