@@ -701,8 +701,18 @@ def infer(plan, model_fn, make_dataset_fn, global_batch_size, checkpoint_path):
 # ---------------------------------------------------------------------------
 
 def define_multigpu_flags():
-  """Defines the flags every run_*_mgpu.py script adds to Google's."""
+  """Defines the flags every run_*_mgpu.py script shares: ours, and Google's TPU flags.
+
+  The TPU flags are accepted so that users' command lines parse; --use_tpu=true is refused
+  by check_run_flags.
+  """
   flags = tf.flags
+  flags.DEFINE_bool("use_tpu", False, "Not supported; accepted so that command lines parse.")
+  for name in ("tpu_name", "tpu_zone", "gcp_project", "master"):
+    flags.DEFINE_string(name, None, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_integer("iterations_per_loop", 1000, "Accepted for Google compatibility (TPU "
+                       "only); unused.")
   flags.DEFINE_integer("n_gpus", 1, "GPUs to use. With none visible, towers run on logical "
                        "CPU devices.")
   flags.DEFINE_integer("towers_per_gpu", 1, "Model replicas (towers) on each GPU.")

@@ -1403,14 +1403,6 @@ flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training set.")
 flags.DEFINE_float("warmup_proportion", 0.1, "Share of the steps spent warming up.")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save (and evaluate) every this many "
                      "steps.")
-flags.DEFINE_integer("iterations_per_loop", 1000, "Accepted for Google compatibility (TPU "
-                     "only); unused.")
-flags.DEFINE_bool("use_tpu", False, "Not supported; accepted so that command lines parse.")
-flags.DEFINE_string("tpu_name", None, "Accepted for Google compatibility; unused.")
-flags.DEFINE_string("tpu_zone", None, "Accepted for Google compatibility; unused.")
-flags.DEFINE_string("gcp_project", None, "Accepted for Google compatibility; unused.")
-flags.DEFINE_string("master", None, "Accepted for Google compatibility; unused.")
-flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unused.")
 
 multigpu.define_multigpu_flags()
 flags.DEFINE_enum("best_metric", "accuracy", ["accuracy", "macro_f1"], "With --do_train and "

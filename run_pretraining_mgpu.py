@@ -278,14 +278,6 @@ def define_flags():
   flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save (and evaluate) every this many "
                        "steps.")
   flags.DEFINE_integer("max_eval_steps", 100, "Most global eval batches.")
-  flags.DEFINE_bool("use_tpu", False, "Not supported; accepted so that command lines parse.")
-  flags.DEFINE_string("tpu_name", None, "Accepted for Google compatibility; unused.")
-  flags.DEFINE_string("tpu_zone", None, "Accepted for Google compatibility; unused.")
-  flags.DEFINE_string("gcp_project", None, "Accepted for Google compatibility; unused.")
-  flags.DEFINE_string("master", None, "Accepted for Google compatibility; unused.")
-  flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unused.")
-  flags.DEFINE_integer("iterations_per_loop", 1000, "Accepted for Google compatibility "
-                       "(TPU only); unused.")
   # --optimizer (default adamw) comes from here; lamb suits large pre-training batches.
   multigpu.define_multigpu_flags()
 
