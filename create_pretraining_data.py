@@ -106,32 +106,6 @@ class CorpusStats(object):
     self.first_skipped_line = None
 
 
-def expand_input_patterns(input_file_flag):
-  """Returns the files matched by a comma-separated list of globs.
-
-  Args:
-    input_file_flag: str, e.g. "a.txt,data/*.txt".
-
-  Returns:
-    list of file paths, pattern by pattern in the order given, each pattern's
-    matches sorted.
-
-  Raises:
-    UsageError: the flag is empty or a pattern matches no file.
-  """
-  patterns = [p.strip() for p in (input_file_flag or "").split(",") if p.strip()]
-  if not patterns:
-    raise UsageError("--input_file is empty: give one or more text files (comma-separated "
-                     "globs).")
-  input_files = []
-  for pattern in patterns:
-    matches = sorted(tf.gfile.Glob(pattern))
-    if not matches:
-      raise UsageError("--input_file: %s matches no file. Check the path." % pattern)
-    input_files.extend(matches)
-  return input_files
-
-
 def tokenize_line(tokenizer, line, do_whole_word_mask):
   """Tokenizes one sentence.
 
@@ -644,7 +618,7 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
   if not vocab_file or not tf.gfile.Exists(vocab_file):
     raise UsageError("--vocab_file=%s: no such file. Give the vocab.txt of the model."
                      % vocab_file)
-  input_files = expand_input_patterns(input_file)
+  input_files = multigpu.expand_input_files(input_file)
   output_files = [p.strip() for p in (output_file or "").split(",") if p.strip()]
   if not output_files:
     raise UsageError("--output_file is empty: give one or more TFRecord paths "

@@ -355,6 +355,37 @@ def _decode_record(record, feature_spec):
           for name, t in example.items()}
 
 
+def expand_input_files(input_file_flag, directory_suffix=None):
+  """The files an --input_file flag names: comma-separated globs (and directories).
+
+  Args:
+    input_file_flag: e.g. "a.txt,data/*.txt".
+    directory_suffix: if given, a pattern that is a directory means its files ending in it
+      (e.g. ".tfrecord").
+
+  Returns:
+    File paths, pattern by pattern in the order given, each pattern's matches sorted.
+
+  Raises:
+    UsageError: the flag is empty, or a pattern matches no file.
+  """
+  patterns = [p.strip() for p in (input_file_flag or "").split(",") if p.strip()]
+  if not patterns:
+    raise UsageError("--input_file is empty: give one or more files as comma-separated globs.")
+  files = []
+  for pattern in patterns:
+    if directory_suffix and tf.gfile.IsDirectory(pattern):
+      pattern = os.path.join(pattern, "*" + directory_suffix)
+    try:
+      matches = sorted(p for p in tf.gfile.Glob(pattern) if not tf.gfile.IsDirectory(p))
+    except tf.errors.NotFoundError:  # TF 1.15, for a directory that does not exist
+      matches = []
+    if not matches:
+      raise UsageError("--input_file: %s matches no file. Check the path." % pattern)
+    files.extend(matches)
+  return files
+
+
 def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed=None,
                  shuffle_buffer=10000, skip_batches=0):
   """Reads TFRecord files into batches of the *global* batch size.

@@ -158,39 +158,6 @@ def input_feature_spec(max_seq_length, max_predictions_per_seq):
   }
 
 
-def _glob(pattern):
-  """tf.gfile.Glob, but [] where TF 1.15 raises NotFoundError for a missing directory."""
-  try:
-    return tf.gfile.Glob(pattern)
-  except tf.errors.NotFoundError:
-    return []
-
-
-def expand_input_files(input_file_flag):
-  """The TFRecord files named by --input_file: comma-separated globs or directories.
-
-  Raises:
-    UsageError: the flag is empty, or a pattern matches no file.
-  """
-  patterns = [p.strip() for p in (input_file_flag or "").split(",") if p.strip()]
-  if not patterns:
-    raise UsageError("--input_file is required: the TFRecord files of "
-                     "create_pretraining_data.py (comma-separated globs or a directory).")
-  files = []
-  for pattern in patterns:
-    if tf.gfile.IsDirectory(pattern):
-      matches = sorted(_glob(os.path.join(pattern, "*.tfrecord")))
-      if not matches:
-        raise UsageError("--input_file: directory %s holds no *.tfrecord file. Name the "
-                         "files with a glob instead." % pattern)
-    else:
-      matches = sorted(p for p in _glob(pattern) if not tf.gfile.IsDirectory(p))
-      if not matches:
-        raise UsageError("--input_file: %s matches no file. Check the path." % pattern)
-    files.extend(matches)
-  return files
-
-
 def check_record_lengths(path, feature_spec):
   """Checks the first record of `path` against the feature lengths the flags ask for.
 
@@ -308,7 +275,7 @@ def check_flags():
   if FLAGS.num_warmup_steps < 0:
     raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
   bert_config = multigpu.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
-  input_files = expand_input_files(FLAGS.input_file)
+  input_files = multigpu.expand_input_files(FLAGS.input_file, ".tfrecord")
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   for path in input_files:
     check_record_lengths(path, spec)

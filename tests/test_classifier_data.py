@@ -7,15 +7,11 @@ Expected values are written out by hand from the data files the tests create.
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_DIR not in sys.path:
-  sys.path.insert(0, REPO_DIR)
 
 import run_classifier_mgpu as rc  # pylint: disable=g-import-not-at-top
 from multigpu import UsageError  # pylint: disable=g-import-not-at-top

@@ -17,8 +17,6 @@ import tensorflow.compat.v1 as tf
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT_PATH = os.path.join(REPO_DIR, "create_pretraining_data.py")
-if REPO_DIR not in sys.path:
-  sys.path.insert(0, REPO_DIR)
 
 import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
 from multigpu import UsageError  # pylint: disable=g-import-not-at-top

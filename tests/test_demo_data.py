@@ -13,8 +13,6 @@ import pytest
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT_PATH = os.path.join(REPO_DIR, "scripts", "make_demo_data.py")
-if REPO_DIR not in sys.path:
-  sys.path.insert(0, REPO_DIR)
 
 OUTPUT_FILES = ["train.tsv", "dev.tsv", "test.tsv", "labels.txt", "vocab.txt", "bert_config.json"]
 # What the script's docstring promises: examples per split, five balanced classes.

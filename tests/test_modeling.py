@@ -4,14 +4,11 @@
 import json
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import modeling  # pylint: disable=g-import-not-at-top
 import numpy_bert  # pylint: disable=g-import-not-at-top

@@ -307,3 +307,15 @@ def test_early_stopped_run_does_not_train_again_and_best_dir_can_move(tmp_path):
   shutil.move(output_dir, moved)
   best = tf.train.latest_checkpoint(os.path.join(moved, "best"))
   assert best is not None and os.path.basename(best) == "model.ckpt-1"
+
+
+def test_expand_input_files_globs_directories_and_names_a_pattern_that_matches_nothing(tmp_path):
+  for name in ("b.tfrecord", "a.tfrecord", "notes.txt"):
+    (tmp_path / name).write_text(u"x")
+  directory = str(tmp_path)
+  assert multigpu.expand_input_files(directory + "/*.txt," + directory, ".tfrecord") == [
+      os.path.join(directory, n) for n in ("notes.txt", "a.tfrecord", "b.tfrecord")]
+  # A directory that does not exist raised NotFoundError from tf.gfile.Glob on TF 1.15.
+  for flag in ("", directory + "/missing_dir/*.txt", directory + "/*.csv"):
+    with pytest.raises(multigpu.UsageError, match="--input_file"):
+      multigpu.expand_input_files(flag)

@@ -6,13 +6,11 @@ from __future__ import division
 from __future__ import print_function
 
 import os
-import sys
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import optimization  # pylint: disable=g-import-not-at-top
 
 RTOL = 1e-5

@@ -31,9 +31,6 @@ import tensorflow.compat.v1 as tf
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(TESTS_DIR)
-for _path in (REPO_DIR, TESTS_DIR):
-  if _path not in sys.path:
-    sys.path.insert(0, _path)
 
 import modeling  # pylint: disable=g-import-not-at-top
 import numpy_bert  # pylint: disable=g-import-not-at-top

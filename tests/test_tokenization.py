@@ -10,9 +10,6 @@ import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(TESTS_DIR)
-for _path in (REPO_DIR, TESTS_DIR):
-  if _path not in sys.path:
-    sys.path.insert(0, _path)
 
 import reference_tokenizer  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
