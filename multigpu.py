@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 import optimization
+import tokenization
 
 
 class UsageError(Exception):
@@ -791,6 +792,32 @@ def load_bert_config(config_file, max_seq_length):
         "--max_seq_length=%d or less." % (max_seq_length, bert_config.max_position_embeddings,
                                           config_file, bert_config.max_position_embeddings))
   return bert_config
+
+
+def require_file(flag_name, path):
+  """Raises UsageError unless the file flag `flag_name` is set to an existing path."""
+  if not path:
+    raise UsageError("--%s is required." % flag_name)
+  if not tf.gfile.Exists(path):
+    raise UsageError("--%s=%s: no such file. Check the path." % (flag_name, path))
+
+
+def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file):
+  """The FullTokenizer of `vocab_file`, checked against the config's vocab_size.
+
+  Raises:
+    UsageError: the vocab file is unreadable or bigger than the model's vocab.
+  """
+  try:
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+  except ValueError as e:
+    raise UsageError(str(e))
+  if len(tokenizer.vocab) > bert_config.vocab_size:
+    raise UsageError(
+        "%s has %d tokens but vocab_size is %d in %s: the vocab and the config belong to "
+        "different models. Use the vocab.txt that came with the checkpoint." %
+        (vocab_file, len(tokenizer.vocab), bert_config.vocab_size, bert_config_file))
+  return tokenizer
 
 
 def format_key_values(values):

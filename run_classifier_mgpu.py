@@ -1417,13 +1417,6 @@ flags.DEFINE_integer("num_workers", 0, "Processes for featurizing (0: all cores)
 # main
 # ---------------------------------------------------------------------------
 
-def _require_file(flag_name, path):
-  if not path:
-    raise UsageError("--%s is required." % flag_name)
-  if not tf.gfile.Exists(path):
-    raise UsageError("--%s=%s: no such file. Check the path." % (flag_name, path))
-
-
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig."""
   if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
@@ -1434,8 +1427,8 @@ def check_flags():
       raise UsageError("--%s is required." % name)
   if not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
-  _require_file("bert_config_file", FLAGS.bert_config_file)
-  _require_file("vocab_file", FLAGS.vocab_file)
+  multigpu.require_file("bert_config_file", FLAGS.bert_config_file)
+  multigpu.require_file("vocab_file", FLAGS.vocab_file)
   if FLAGS.early_stopping_patience < 0:
     raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
                      FLAGS.early_stopping_patience)
@@ -1446,21 +1439,6 @@ def check_flags():
   except ValueError as e:
     raise UsageError(str(e))
   return multigpu.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
-
-
-def load_tokenizer(bert_config):
-  """The tokenizer, checked against the config's vocab_size."""
-  try:
-    tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-  except ValueError as e:
-    raise UsageError(str(e))
-  if len(tokenizer.vocab) > bert_config.vocab_size:
-    raise UsageError(
-        "%s has %d tokens but vocab_size is %d in %s: the vocab and the config belong to "
-        "different models. Use the vocab.txt that came with the checkpoint." %
-        (FLAGS.vocab_file, len(tokenizer.vocab), bert_config.vocab_size,
-         FLAGS.bert_config_file))
-  return tokenizer
 
 
 def checkpoint_for_inference():
@@ -1480,7 +1458,8 @@ def checkpoint_for_inference():
 
 def main(_):
   bert_config = check_flags()
-  load_tokenizer(bert_config)
+  multigpu.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                          FLAGS.bert_config_file)
   processor = get_processor(FLAGS.task_name)
 
   # Read and validate every split asked for before anything is trained or written.

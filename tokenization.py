@@ -564,6 +564,81 @@ class FullTokenizer(object):
 
     return _tokenize_through_cache(text, self._cache, self.cache_size, word_pieces)
 
+  def tokenize_with_offsets(self, text):
+    """Tokenizes `text` and says which characters of it each word piece came from.
+
+    The pieces are those of tokenize(text). Offsets index the original `text`, before
+    cleaning, lower-casing and accent stripping, so text[start:end] is the original
+    spelling of a piece (reading comprehension cuts its answers out this way).
+
+    Args:
+      text: str.
+
+    Returns:
+      (pieces, starts, ends): lists of equal length; piece i came from text[starts[i]:ends[i]].
+      A piece that is part of a word ("##..."), covers only its own characters; an [UNK]
+      covers the whole word it replaced.
+    """
+    pieces, starts, ends = [], [], []
+    for token, owners in _whitespace_tokens_with_owners(text):
+      normalized, normalized_owners = self._normalize_with_owners(token, owners)
+      for word_start, word_end in _basic_word_spans(normalized):
+        word = normalized[word_start:word_end]
+        position = word_start
+        word_pieces = self.wordpiece_tokenizer.tokenize_word(word)
+        for piece in word_pieces:
+          if piece == self.wordpiece_tokenizer._unk_token:  # pylint: disable=protected-access
+            length = word_end - position
+          else:
+            length = len(piece) - 2 if piece.startswith("##") and position > word_start \
+                else len(piece)
+          pieces.append(piece)
+          starts.append(normalized_owners[position][0])
+          ends.append(normalized_owners[position + length - 1][1])
+          position += length
+    return pieces, starts, ends
+
+  def _normalize_with_owners(self, token, owners):
+    """Lower-cases and strips accents as BasicTokenizer does, keeping each char's origin.
+
+    Args:
+      token: a whitespace token (cleaned, no whitespace).
+      owners: list of int, the index in the original text of each char of `token`.
+
+    Returns:
+      (normalized str, list of (start, end): the span of original text each normalized char
+      came from; a letter and the combining marks after it share one span).
+    """
+    if not self.basic_tokenizer.do_lower_case:
+      return token, [(owner, owner + 1) for owner in owners]
+    # Lower-case the whole token (final sigma depends on neighbours), then cut it back into
+    # each character's share: only the length of a character's lower case can differ.
+    lowered = token.lower()
+    shares, position = [], 0
+    for char in token:
+      length = len(char.lower())
+      shares.append(lowered[position:position + length])
+      position += length
+    if position != len(lowered):  # No known case; fall back to one share per character.
+      shares = [char.lower() for char in token]
+    # NFD reorders combining marks and attaches them to their base, so a base and the
+    # marks after it are normalized together and share the base..last-mark span.
+    clusters = []  # [text, first owner, last owner]
+    for share, owner in zip(shares, owners):
+      decomposed = unicodedata.normalize("NFD", share)
+      if clusters and decomposed and unicodedata.combining(decomposed[0]):
+        clusters[-1][0] += share
+        clusters[-1][2] = owner
+      else:
+        clusters.append([share, owner, owner])
+    normalized, normalized_owners = [], []
+    for text, first, last in clusters:
+      stripped = _strip_accents(text)
+      normalized.append(stripped)
+      normalized_owners.extend([(first, last + 1)] * len(stripped))
+    return "".join(normalized), normalized_owners
+
+
   def convert_tokens_to_ids(self, tokens):
     """Returns the vocab ids of `tokens`."""
     return convert_by_vocab(self.vocab, tokens)
@@ -571,3 +646,43 @@ class FullTokenizer(object):
   def convert_ids_to_tokens(self, ids):
     """Returns the tokens of vocab `ids`."""
     return convert_by_vocab(self.inv_vocab, ids)
+
+
+def _whitespace_tokens_with_owners(text):
+  """Yields (whitespace token, original index of each of its chars), as the tokenizer splits.
+
+  Deleted characters (control, U+0000, U+FFFD) join their neighbours, as in the original
+  cleaning, so a token's characters need not be contiguous in `text`.
+  """
+  if text.isprintable() and u"\ufffd" not in text:
+    kept = None
+    cleaned = text
+  else:
+    deleted = _get_deleted_chars_re()
+    kept = [i for i, char in enumerate(text) if not deleted.match(char)]
+    cleaned = "".join(text[i] for i in kept)
+  for match in _TOKEN_RE.finditer(cleaned):
+    start, end = match.span()
+    owners = list(range(start, end)) if kept is None else kept[start:end]
+    yield match.group(), owners
+
+
+def _basic_word_spans(normalized):
+  """The [start, end) spans of the basic tokens of a normalized whitespace token.
+
+  Punctuation characters stand alone; whitespace that normalization produced splits.
+  """
+  spans = []
+  run_start = None
+  for i, char in enumerate(normalized):
+    if char.isspace() or _is_punctuation(char):
+      if run_start is not None:
+        spans.append((run_start, i))
+        run_start = None
+      if not char.isspace():
+        spans.append((i, i + 1))
+    elif run_start is None:
+      run_start = i
+  if run_start is not None:
+    spans.append((run_start, len(normalized)))
+  return spans
