@@ -158,9 +158,20 @@ def _tower_scope(plan, tower_index):
   name scopes only prefix ops, and every tower reuses the variables the first one created.
   Resource variables: with ref variables, assign-based updates race with other towers' reads.
   """
-  device = _device_function(plan.tower_devices[tower_index], plan.variable_device)
+  tower_device = plan.tower_devices[tower_index]
+
+  def read_on_tower(getter, *args, **kwargs):
+    # The tower uses its own copy of each variable's value. Gradients from several uses
+    # (the tied embedding's lookup and output projection) are then summed on the tower's
+    # device, not per tower on the variable device.
+    variable = getter(*args, **kwargs)
+    with tf.device(tower_device):
+      return tf.identity(variable)
+
+  device = _device_function(tower_device, plan.variable_device)
   with tf.device(device), tf.name_scope("tower_%d" % tower_index), tf.variable_scope(
-      tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True):
+      tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
+      custom_getter=read_on_tower):
     yield
 
 

@@ -104,6 +104,40 @@ def test_towers_are_placed_on_their_devices_and_share_variables():
     assert devices["tower_0"].endswith("cpu:0") and devices["tower_1"].endswith("cpu:1")
 
 
+def tied_embedding_model_fn(features, is_training):
+  """A tiny BERT whose output projection reuses the word embeddings (as masked LM does)."""
+  model = modeling.BertModel(TINY_CONFIG, is_training, features["input_ids"],
+                             features["input_mask"], features["segment_ids"])
+  hidden = tf.reshape(model.get_sequence_output(), [-1, TINY_CONFIG.hidden_size])
+  logits = tf.matmul(hidden, model.get_embedding_table(), transpose_b=True)  # [b*seq, vocab]
+  labels = tf.reshape(features["input_ids"], [-1])
+  loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+  return {"loss": loss}
+
+
+@pytest.mark.parametrize("num_towers", [1, 2, 4])
+def test_tied_embedding_gradient_is_summed_on_each_tower_device(num_towers):
+  # On GPUs, per-tower work left on the variable device (the host) would cost host memory
+  # and time that grow with the tower count. The plan needs no real GPU to be built.
+  plan = multigpu.plan_devices(num_towers, visible_gpus=num_towers)
+  vocab_by_hidden = [TINY_CONFIG.vocab_size, TINY_CONFIG.hidden_size]
+  with tf.Graph().as_default():
+    features = {k: tf.constant(v) for k, v in random_batch(np.random.RandomState(0), 8).items()}
+    multigpu.build_tower_losses_and_grads(plan, tied_embedding_model_fn, features)
+    host_ops, tower_ops = [], []
+    for op in tf.get_default_graph().get_operations():
+      if op.type in ("AddN", "UnsortedSegmentSum") and \
+          any(t.shape.as_list() == vocab_by_hidden for t in op.outputs):
+        (tower_ops if "gpu" in op.device.lower() else host_ops).append(op.name)
+  # On the host: at most the one sum over towers (the average).
+  assert len(host_ops) == (1 if num_towers > 1 else 0), host_ops
+  assert all(name.startswith("average_towers/") for name in host_ops), host_ops
+  # Each tower densifies its lookup gradient and adds the projection's gradient itself.
+  for i in range(num_towers):
+    assert len([name for name in tower_ops if name.startswith("tower_%d/" % i)]) == 2, tower_ops
+
+
 def test_embedding_gradients_stay_sparse_when_averaged():
   with tf.Graph().as_default():
     a = tf.IndexedSlices(tf.ones([3, 4]), tf.constant([0, 2, 2]), tf.constant([10, 4]))

@@ -23,7 +23,9 @@ REPO_DIR = os.path.dirname(TESTS_DIR)
 
 import create_pretraining_data  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
+import multigpu  # pylint: disable=g-import-not-at-top
 import numpy_bert  # pylint: disable=g-import-not-at-top
+import optimization  # pylint: disable=g-import-not-at-top
 import run_pretraining_mgpu  # pylint: disable=g-import-not-at-top
 
 SCRIPT = os.path.join(REPO_DIR, "run_pretraining_mgpu.py")
@@ -286,3 +288,122 @@ def test_loss_matches_numpy(workspace):
   assert metrics["masked_lm_accuracy"] == pytest.approx((6 - wrong) / 6.0)
   assert metrics["next_sentence_accuracy"] == pytest.approx(2 / 3.0)
   assert metrics["next_sentence_loss"] == pytest.approx(-np.mean(np.log([0.5, 0.25, 1.0])))
+
+
+# ---------------------------------------------------------------------------
+# Memory: the tied word-embedding gradient must not grow with the tower count
+# ---------------------------------------------------------------------------
+
+GRAD_VOCAB = 97  # more rows than the batch has tokens, so [vocab, hidden] is told apart
+GRAD_GLOBAL_BATCH = 8
+GRAD_SEQ = 12
+GRAD_PREDICTIONS = 6
+WORD_EMBEDDINGS = "bert/embeddings/word_embeddings"
+
+
+def gradient_features():
+  """A fixed global batch; every example has the same number of real masked slots, so the
+  mean of the tower losses equals the loss of the whole batch."""
+  rng = np.random.RandomState(11)
+  batch, seq, preds = GRAD_GLOBAL_BATCH, GRAD_SEQ, GRAD_PREDICTIONS
+  positions = np.stack([rng.choice(np.arange(1, seq), preds, replace=False)
+                        for _ in range(batch)])
+  return {
+      # Ids from the lower half only: the upper rows get gradient from the tied output
+      # projection alone.
+      "input_ids": rng.randint(0, GRAD_VOCAB // 2, [batch, seq]).astype(np.int32),
+      "input_mask": np.ones([batch, seq], np.int32),
+      "segment_ids": np.array([[0] * (seq // 2) + [1] * (seq - seq // 2)] * batch, np.int32),
+      "masked_lm_positions": positions.astype(np.int32),
+      "masked_lm_ids": rng.randint(0, GRAD_VOCAB, [batch, preds]).astype(np.int32),
+      "masked_lm_weights": np.ones([batch, preds], np.float32),
+      "next_sentence_labels": rng.randint(0, 2, [batch, 1]).astype(np.int32),
+  }
+
+
+def word_embedding_gradient(num_towers, initial_values=None):
+  """Builds the real training step on `num_towers` logical CPU devices and returns what
+  build_training hands the optimizer for the word embeddings.
+
+  Args:
+    num_towers: towers (one logical CPU device each).
+    initial_values: dict variable name -> np.ndarray loaded after initialisation (so
+      different tower counts start from the same weights), or None.
+
+  Returns:
+    dict with "grad" (the Tensor or IndexedSlices in the graph), "value" (its fetched
+    value: np.ndarray or IndexedSlicesValue), "dense" (np.ndarray [vocab, hidden]) and
+    "variables" (name -> np.ndarray, the weights the gradient was taken at).
+  """
+  config = modeling.BertConfig.from_dict(dict(TINY_CONFIG, vocab_size=GRAD_VOCAB))
+  assert config.hidden_dropout_prob == 0.0 and config.attention_probs_dropout_prob == 0.0
+  received = []
+  real_apply = optimization.apply_gradients
+
+  def recording_apply(grads_and_vars, *args, **kwargs):
+    grads_and_vars = list(grads_and_vars)
+    received.append(grads_and_vars)
+    return real_apply(grads_and_vars, *args, **kwargs)
+
+  plan = multigpu.plan_devices(num_towers, 1, visible_gpus=0)
+  with tf.Graph().as_default():
+    tf.set_random_seed(2)
+    features = {k: tf.constant(v) for k, v in gradient_features().items()}
+    # Records the pairs build_training hands the optimizer; the update itself is unchanged.
+    with pytest.MonkeyPatch.context() as patch:
+      patch.setattr(optimization, "apply_gradients", recording_apply)
+      ops = multigpu.build_training(plan, run_pretraining_mgpu.create_model_fn(config),
+                                    features, 1e-3, 10, 0, optimizer_name="adamw")
+    assert ops.accumulate_op is None and len(received) == 1
+    grads = {var.op.name: grad for grad, var in received[0]}
+    grad = grads[WORD_EMBEDDINGS]
+    model_vars = {v.op.name: v for v in tf.trainable_variables()}
+    with tf.Session(config=plan.session_config()) as sess:
+      sess.run(tf.global_variables_initializer())
+      if initial_values is not None:
+        for name, var in model_vars.items():
+          var.load(initial_values[name], sess)
+      value, variables = sess.run([grad, model_vars])
+  if hasattr(value, "indices"):  # a fetched IndexedSlices
+    dense = np.zeros([GRAD_VOCAB, TINY_CONFIG["hidden_size"]], np.float64)
+    np.add.at(dense, value.indices, value.values)
+  else:
+    dense = value
+  return {"grad": grad, "value": value, "dense": dense, "variables": variables}
+
+
+def gradient_rows(grad, value):
+  """Rows of [hidden] floats that the gradient holds: static (graph) and fetched."""
+  if isinstance(grad, tf.IndexedSlices):
+    return grad.values.shape.as_list()[0], value.values.shape[0]
+  return grad.shape.as_list()[0], value.shape[0]
+
+
+def test_tied_embedding_gradient_does_not_grow_with_towers():
+  vocab, hidden = GRAD_VOCAB, TINY_CONFIG["hidden_size"]
+  one = word_embedding_gradient(1)
+  # The tie is in place: rows of ids absent from the input still get gradient (from the
+  # output projection), so the gradient covers the whole table.
+  assert np.abs(one["dense"][vocab // 2:]).max() > 0.0
+  _, one_rows = gradient_rows(one["grad"], one["value"])
+  assert one_rows <= vocab
+
+  for num_towers in (2, 4):
+    many = word_embedding_gradient(num_towers, one["variables"])
+    grad, value = many["grad"], many["value"]
+    static_rows, rows = gradient_rows(grad, value)
+    if isinstance(grad, tf.IndexedSlices):
+      # Row count fixed by the global batch, not multiplied by the towers.
+      assert static_rows is None or static_rows <= one_rows, (num_towers, static_rows)
+      assert rows <= one_rows, (num_towers, rows, one_rows)
+      assert value.values.shape[1:] == (hidden,)
+    else:
+      assert grad.shape.as_list() == [vocab, hidden], (num_towers, grad.shape)
+      assert value.shape == (vocab, hidden)
+      assert value.nbytes == vocab * hidden * 4
+    # The same global batch and weights: the tower average is the one-tower gradient. The
+    # masked-LM loss divides by sum(weights) + 1e-5 per tower, which alone moves the result by
+    # 1e-5 * (1/12 - 1/48), about 6e-7 relative, with 4 towers; float32 rounding is below that.
+    scale = np.abs(one["dense"]).max()
+    np.testing.assert_allclose(many["dense"], one["dense"], rtol=0, atol=2e-6 * scale,
+                               err_msg="%d towers" % num_towers)
