@@ -592,29 +592,56 @@ def english_exact_and_f1(prediction, gold):
                           normalize_english_answer(gold).split())
 
 
-def _is_scoring_punctuation(char):
-  """CMRC 2018 drops punctuation, ASCII and full-width, before comparing."""
-  return (unicodedata.category(char).startswith("P") or
-          unicodedata.normalize("NFKC", char) in _ENGLISH_PUNCTUATION)
+# The characters CMRC 2018's official script deletes before comparing answers.
+_CMRC_DELETED_CHARS = frozenset(
+    u"-:_*^/\\~`+=\uff0c\u3002\uff1a\uff1f\uff01\u201c\u201d\uff1b\u2019\u300a\u300b"
+    u"\u00b7\u3001\u300c\u300d\uff08\uff09\uff0d\uff5e\u300e\u300f")
+
+
+def _is_cmrc_chinese(char):
+  """CMRC 2018's test for a Chinese character: U+4E00..U+9FA5."""
+  return u"\u4e00" <= char <= u"\u9fa5"
+
+
+def _split_latin(text):
+  """Words of non-Chinese text: split on whitespace, other punctuation kept as its own
+  segment (what NLTK's word_tokenize, which CMRC 2018 uses, does in the common cases)."""
+  segments = []
+  for word in text.split():
+    run = []
+    for char in word:
+      if unicodedata.category(char).startswith("P") or char in _ENGLISH_PUNCTUATION:
+        if run:
+          segments.append("".join(run))
+          run = []
+        segments.append(char)
+      else:
+        run.append(char)
+    if run:
+      segments.append("".join(run))
+  return segments
 
 
 def chinese_segments(text):
-  """CMRC 2018's segments: each CJK character alone, other words split on spaces and
-  punctuation; lower-cased, punctuation dropped."""
-  segments, word = [], []
-  for char in text.lower():
-    if tokenization.is_cjk_character(char) or char.isspace() or \
-        _is_scoring_punctuation(char):
-      if word:
-        segments.append("".join(word))
-        word = []
-      if tokenization.is_cjk_character(char):
-        segments.append(char)
+  """CMRC 2018's segments of an answer: lower-cased and stripped, the characters on its list
+  deleted, each Chinese character alone, other text split into words."""
+  segments, latin = [], []
+  for char in text.lower().strip():
+    if char in _CMRC_DELETED_CHARS:
+      continue
+    if _is_cmrc_chinese(char):
+      segments.extend(_split_latin("".join(latin)))
+      latin = []
+      segments.append(char)
     else:
-      word.append(char)
-  if word:
-    segments.append("".join(word))
+      latin.append(char)
+  segments.extend(_split_latin("".join(latin)))
   return segments
+
+
+def _cmrc_exact_text(text):
+  """What CMRC 2018's exact match compares: lower-cased, stripped, listed characters deleted."""
+  return "".join(char for char in text.lower().strip() if char not in _CMRC_DELETED_CHARS)
 
 
 def _longest_common_run(first, second):
@@ -634,10 +661,11 @@ def _longest_common_run(first, second):
 def chinese_exact_and_f1(prediction, gold):
   """CMRC 2018 exact match and character-level F1 of one prediction against one answer.
 
-  F1 counts the longest common run of segments, as CMRC 2018's official script does.
+  F1 counts the longest common run of segments, as CMRC 2018's official script does. Two
+  empty answers (SQuAD 2.0-style unanswerable questions, which CMRC 2018 lacks) agree.
   """
   predicted, expected = chinese_segments(prediction), chinese_segments(gold)
-  exact = float(predicted == expected)
+  exact = float(_cmrc_exact_text(prediction) == _cmrc_exact_text(gold))
   if not predicted or not expected:
     return exact, float(predicted == expected)
   common = _longest_common_run(predicted, expected)

@@ -420,6 +420,17 @@ def parse_args(argv):
   return parser.parse_args(argv)
 
 
+def write_model_files(output_dir, vocab, config):
+  """Writes vocab.txt and bert_config.json for a generated data set, and says so."""
+  path = os.path.join(output_dir, "vocab.txt")
+  atomic_write_text(path, "".join(token + "\n" for token in vocab))
+  print("wrote %s: %d tokens" % (path, len(vocab)))
+  path = os.path.join(output_dir, "bert_config.json")
+  atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+  print("wrote %s: vocab_size %d, hidden_size %d, %d layers" % (
+      path, config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]))
+
+
 def main(argv=None):
   """Writes the demo files. Returns 0 on success, 1 on a bad --output_dir."""
   args = parse_args(argv)
@@ -447,15 +458,7 @@ def main(argv=None):
 
   all_texts = [text for name, _ in EXAMPLES_PER_CLASS for _, text in splits[name]]
   vocab = build_vocab(all_texts)
-  path = os.path.join(output_dir, "vocab.txt")
-  atomic_write_text(path, "".join(token + "\n" for token in vocab))
-  print("wrote %s: %d tokens" % (path, len(vocab)))
-
-  config = tiny_bert_config(len(vocab))
-  path = os.path.join(output_dir, "bert_config.json")
-  atomic_write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
-  print("wrote %s: vocab_size %d, hidden_size %d, %d layers" % (
-      path, config["vocab_size"], config["hidden_size"], config["num_hidden_layers"]))
+  write_model_files(output_dir, vocab, tiny_bert_config(len(vocab)))
   return 0
 
 

@@ -743,10 +743,10 @@ def test_english_exact_and_f1(prediction, gold, exact, f1):
     (u"iPhone 11 Pro", [u"iphone", u"11", u"pro"]),
     (u"“你好！”，他说。", [u"你", u"好", u"他", u"说"]),
     (u"（2018年）", [u"2018", u"年"]),
-    (u"Hello,world", [u"hello", u"world"]),
-    (u"《三体》——刘慈欣", [u"三", u"体", u"刘", u"慈", u"欣"]),
-    (u"C++语言~", [u"c", u"语", u"言"]),            # ASCII symbols count as punctuation
-    (u"＄100，ＡＢ", [u"100", u"ａｂ"]),             # full-width: dropped or kept whole
+    (u"Hello,world", [u"hello", u",", u"world"]),  # unlisted ASCII punctuation: a segment
+    (u"《三体》——刘慈欣", [u"三", u"体", u"—", u"—", u"刘", u"慈", u"欣"]),  # — not listed
+    (u"C++语言~", [u"c", u"语", u"言"]),            # listed ASCII symbols are deleted
+    (u"＄100，ＡＢ", [u"＄100ａｂ"]),  # listed "，" deleted without splitting; ＄ is no P*
     (u"", []),
     (u"。，！", []),
 ])
@@ -764,6 +764,11 @@ def test_chinese_segments(text, expected):
     (u"上海", u"北京", 0.0, 0.0),
     (u"京北", u"北京", 0.0, 0.5),                       # P 1/2, R 1/2
     (u"北京北京", u"北京", 0.0, 2.0 / 3.0),
+    (u"Bordeaux.", u"Bordeaux", 0.0, 2.0 / 3.0),      # "." is not on CMRC's list: P 1/2, R 1
+    (u"市场里的Wi-Fi苹果", u"苹果", 0.0, 4.0 / 9.0),   # "-" deleted: wifi is one unit, P 2/7
+    (u"Wi-Fi", u"wifi", 1.0, 1.0),
+    (u"北 京", u"北京", 0.0, 1.0),                      # exact match compares the text
+    (u" 北京 ", u"北京", 1.0, 1.0),                     # ... after strip()
 ])
 def test_chinese_exact_and_f1(prediction, gold, exact, f1):
   got_exact, got_f1 = squad.chinese_exact_and_f1(prediction, gold)
