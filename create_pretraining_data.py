@@ -6,39 +6,69 @@ create_pretraining_data.py (REFERENCE.md sections 6 and 8), so existing run
 scripts and run_pretraining readers keep working:
 
   * Input: UTF-8 text, one sentence per line, a blank line between documents.
-  * Each document is cut into chunks of about max_seq_length tokens; a chunk
+  * Each document is cut into pieces of about max_seq_length tokens; a piece
     becomes `[CLS] A [SEP] B [SEP]` where B either continues A
     (next_sentence_labels 0) or, half of the time, is taken from a random
     other document (next_sentence_labels 1).
   * Of the tokens (never [CLS]/[SEP]) min(max_predictions_per_seq,
     max(1, round(len(tokens) * masked_lm_prob))) are predicted: 80% become
     [MASK], 10% stay, 10% become a random vocab token.
-  * The whole corpus is processed dupe_factor times with different masks, and
+  * The documents are processed dupe_factor times with different masks, and
     the instances are shuffled and written round-robin to the output files.
+
+Streaming. Google's script holds the whole corpus and every instance in
+memory. Here the documents are read in chunks of --docs_per_chunk documents
+(default 20000; 0 = the whole corpus in one chunk, like Google's). A chunk is
+tokenized, gives its instances (random next sentences come from documents of
+the same chunk; the dupe_factor passes run over the chunk; the chunk's
+instances are shuffled together), they are written and the chunk is dropped,
+so memory follows the chunk size, not the corpus size. The chunks are written
+in input order, so instances of one chunk stay together in the output files:
+shuffle the documents of a corpus whose files are sorted by topic or date
+first. Memory: in one process about (20 + 11 * dupe_factor) bytes per token of
+the chunk, 130 bytes with dupe_factor 10 and max_seq_length 128 (measured on
+generated Chinese text of 260 tokens per document), e.g. 1.3 GB for the
+default 20000 documents of 500 tokens; with worker processes about three times
+that in all, as each worker also holds its shard's instances and their copy on
+the way back.
 
 With --do_whole_word_mask, a word is masked as a whole: a token is grouped
 with the `##` pieces that follow it and, for Chinese text segmented into words
-by spaces (e.g. "北京 是 首都"), the characters of one word are grouped. The
+by spaces (e.g. "北京 是 首都"), the characters of one word are grouped; a run
+of Chinese characters without spaces counts as one word.
+--chinese_segmenter=jieba finds the words of raw Chinese text with jieba
+(https://github.com/fxsjy/jieba, `pip install jieba`; optional) instead. The
 token ids written are the plain characters either way.
+
+--num_workers (not in Google's script; default 0 = one process per CPU core)
+tokenizes and creates the instances of each chunk in parallel, each worker on a
+contiguous shard of the chunk's shuffled documents with its own random stream.
+
+Determinism: the output is the same for the same seed, number of workers and
+chunk size. With --num_workers=1 the instances come from one random stream in
+Google's order, so with one chunk holding the whole corpus the output files
+are those of Google's algorithm.
+
+Progress (documents and bytes read, instances written, their rate and an ETA)
+is logged at most every 30 seconds.
 
 Differences from Google's script: lines that are not valid UTF-8 are skipped
 and counted (Google silently drops the bad bytes), the end of an input file
 also ends a document, a missing file or an empty corpus is a one-line error,
-the output is written through temporary files, and a `##` piece is grouped
-only with the token right before it (Google could group the first `##` piece
-of segment B with the last token of segment A).
-
---num_workers (not in Google's script; default 0 = one process per CPU core)
-creates the instances in parallel, each worker on a contiguous shard of the
-shuffled documents with its own random stream. The output is the same for the
-same seed and number of workers; --num_workers=1 keeps Google's single random
-stream.
+the output is written through temporary files renamed at the end, and a `##`
+piece is grouped only with the token right before it (Google could group the
+first `##` piece of segment B with the last token of segment A).
 """
 
 import collections
+import datetime
+import itertools
+import logging
 import multiprocessing
 import os
 import random
+import re
+import time
 
 import tensorflow.compat.v1 as tf
 
@@ -48,6 +78,14 @@ from multigpu import UsageError
 
 # Instances whose tokens are logged, as Google's script does for its first ones.
 _NUM_INSTANCES_TO_LOG = 3
+# Documents per chunk: about 1.3 GB of memory in one process for documents of
+# 500 tokens with dupe_factor 10 (see above).
+DEFAULT_DOCS_PER_CHUNK = 20000
+DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
+# How often the main process looks at the workers' progress counters.
+_POLL_SECONDS = 0.5
+CHINESE_SEGMENTERS = ("jieba",)
+
 
 class WordContinuation(str):
   """A token (a plain str for every other purpose) that continues the word before it.
@@ -57,6 +95,19 @@ class WordContinuation(str):
   look-ups and the written ids are those of the character itself.
   """
   __slots__ = ()
+
+
+# One WordContinuation object per distinct character, shared by every use:
+# a chunk holds millions of tokens.
+_CONTINUATIONS = {}
+
+
+def _continuation(piece):
+  """Returns the shared WordContinuation of a token."""
+  marked = _CONTINUATIONS.get(piece)
+  if marked is None:
+    marked = _CONTINUATIONS.setdefault(piece, WordContinuation(piece))
+  return marked
 
 
 class TrainingInstance(object):
@@ -95,6 +146,7 @@ class CorpusStats(object):
     instances: instances written.
     skipped_lines: lines dropped because they are not valid UTF-8.
     first_skipped_line: "file:line" of the first of them, or None.
+    chunks: chunks of documents processed.
   """
 
   def __init__(self):
@@ -104,55 +156,163 @@ class CorpusStats(object):
     self.instances = 0
     self.skipped_lines = 0
     self.first_skipped_line = None
+    self.chunks = 0
 
 
-def tokenize_line(tokenizer, line, do_whole_word_mask):
+# Segmenter name -> its function, once loaded in this process.
+_LOADED_SEGMENTERS = {}
+
+
+def load_chinese_segmenter(name):
+  """Returns the function that cuts Chinese text into words, for --chinese_segmenter.
+
+  Args:
+    name: "" or None (no segmenter) or one of CHINESE_SEGMENTERS.
+
+  Returns:
+    None, or a function str -> list of str whose concatenation is its input.
+
+  Raises:
+    UsageError: an unknown name, or jieba is not installed.
+  """
+  if not name:
+    return None
+  if name != "jieba":
+    raise UsageError("--chinese_segmenter=%s: unknown segmenter. Use --chinese_segmenter=jieba, "
+                     "or leave it empty for Chinese text already split into words by spaces."
+                     % name)
+  try:
+    import jieba  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise UsageError("--chinese_segmenter=jieba needs the jieba package, which is not "
+                     "installed: pip install jieba")
+  if name in _LOADED_SEGMENTERS:  # e.g. in a worker forked from the main process
+    return _LOADED_SEGMENTERS[name]
+  # Loads the dictionary now: worker processes forked later share it. jieba
+  # reports the loading in four lines of its own, each printed twice next to
+  # TensorFlow's handler; one line of ours says it instead.
+  jieba_logger = logging.getLogger("jieba")
+  level = jieba_logger.level
+  jieba_logger.setLevel(logging.WARNING)
+  start = time.time()
+  try:
+    jieba.initialize()
+  finally:
+    jieba_logger.setLevel(level)
+  tf.logging.info("Chinese words are found with jieba %s (dictionary loaded in %.1f s).",
+                  getattr(jieba, "__version__", "?"), time.time() - start)
+  _LOADED_SEGMENTERS[name] = jieba.lcut
+  return jieba.lcut
+
+
+def mark_chinese_word_boundaries(line, segment):
+  """Puts a space between two Chinese characters wherever `segment` starts a new word.
+
+  Only boundaries between two CJK characters are used: BERT's tokenizer puts
+  spaces around every CJK character anyway, so the tokens of the line stay the
+  same, whereas jieba also cuts Latin letters with accents, kana and the like
+  one character at a time, which would change their word pieces.
+
+  Args:
+    line: str.
+    segment: function str -> list of str (e.g. jieba.lcut).
+
+  Returns:
+    str, the line with the spaces added; the line unchanged if the words do
+    not add up to it.
+  """
+  words = [word for word in segment(line) if word]
+  if "".join(words) != line:
+    return line
+  pieces = []
+  for index, word in enumerate(words):
+    if (index and tokenization.is_cjk_character(words[index - 1][-1]) and
+        tokenization.is_cjk_character(word[0])):
+      pieces.append(" ")
+    pieces.append(word)
+  return "".join(pieces)
+
+
+def is_segmented_chinese(line):
+  """Whether some whitespace in `line` separates two Chinese characters (pre-segmented text)."""
+  for gap in re.finditer(r"\s+", line):
+    start, end = gap.span()
+    if 0 < start and end < len(line) and tokenization.is_cjk_character(line[start - 1]) \
+        and tokenization.is_cjk_character(line[end]):
+      return True
+  return False
+
+
+def tokenize_line(tokenizer, line, do_whole_word_mask, segment=None):
   """Tokenizes one sentence.
 
   Args:
     tokenizer: tokenization.FullTokenizer.
     line: str, one sentence.
     do_whole_word_mask: bool; when set, the second and later characters of a
-      space-separated Chinese word come back as `WordContinuation`s. The line
+      space-separated Chinese word come back as `WordContinuation`s, in lines
+      where spaces separate Chinese words (see `is_segmented_chinese`). The line
       is then tokenized word by word (split on Python whitespace), which gives
       the tokens of the whole line except around the rare characters that
       Python counts as whitespace but BERT does not (controls such as U+000B,
       U+001C..U+001F and U+0085, and U+2028/U+2029).
+    segment: None, or a function that cuts Chinese text into words (see
+      `load_chinese_segmenter`); its words then delimit the Chinese words, on
+      top of the spaces. Used only with do_whole_word_mask.
 
   Returns:
     list of str (word pieces).
   """
   if not do_whole_word_mask:
     return tokenizer.tokenize(line)
+  if segment is not None:
+    line = mark_chinese_word_boundaries(line, segment)
+  # A line with no space between Chinese characters is not segmented: each character is
+  # then its own word, as in Google's script, not the whole run up to the next space.
+  group_chinese = segment is not None or is_segmented_chinese(line)
   tokens = []
   for word in line.split():
     previous_was_cjk = False
     for basic_token in tokenizer.basic_tokenizer.tokenize(word):
-      is_cjk = len(basic_token) == 1 and tokenization.is_cjk_character(basic_token)
+      is_cjk = (group_chinese and len(basic_token) == 1 and
+                tokenization.is_cjk_character(basic_token))
       for piece in tokenizer.wordpiece_tokenizer.tokenize(basic_token):
-        tokens.append(WordContinuation(piece) if is_cjk and previous_was_cjk else piece)
+        tokens.append(_continuation(piece) if is_cjk and previous_was_cjk else piece)
       previous_was_cjk = is_cjk
   return tokens
 
 
-def read_documents(input_files, tokenizer, do_whole_word_mask, stats):
-  """Reads and tokenizes documents: one sentence per line, blank line between documents.
+def tokenize_document(tokenizer, lines, do_whole_word_mask, segment=None):
+  """Tokenizes the lines of one document (see `tokenize_line`).
+
+  Returns:
+    list of non-empty token lists (sentences); empty if no line has a token.
+  """
+  sentences = []
+  for line in lines:
+    tokens = tokenize_line(tokenizer, line, do_whole_word_mask, segment)
+    if tokens:
+      sentences.append(tokens)
+  return sentences
+
+
+def read_raw_documents(input_files, stats, progress=None):
+  """Yields the documents of the input files one at a time, as text lines.
+
+  A blank line or the end of a file ends a document. Only the current document
+  is held, so a corpus of any size can be read.
 
   Args:
     input_files: list of paths.
-    tokenizer: tokenization.FullTokenizer.
-    do_whole_word_mask: bool, passed to `tokenize_line`.
-    stats: CorpusStats; documents, empty_documents and skipped lines are counted.
+    stats: CorpusStats; skipped_lines and first_skipped_line are counted.
+    progress: ProgressLog or None; bytes and documents read are counted and
+      progress is logged.
 
-  Returns:
-    list of documents, each a non-empty list of non-empty token lists (sentences),
-    in input order.
+  Yields:
+    list of str: the stripped, non-blank lines of one document, in input order.
   """
-  documents = [[]]
-  # Whether the document being read has a non-blank line, to count documents
-  # whose lines all tokenize to nothing.
-  has_text = False
   for input_file in input_files:
+    lines = []
     with tf.gfile.GFile(input_file, "rb") as reader:
       line_number = 0
       while True:
@@ -160,6 +320,9 @@ def read_documents(input_files, tokenizer, do_whole_word_mask, stats):
         if not raw_line:
           break
         line_number += 1
+        if progress is not None:
+          progress.bytes_read += len(raw_line)
+          progress.maybe_log()
         try:
           line = raw_line.decode("utf-8").strip()
         except UnicodeDecodeError:
@@ -167,25 +330,33 @@ def read_documents(input_files, tokenizer, do_whole_word_mask, stats):
           if stats.first_skipped_line is None:
             stats.first_skipped_line = "%s:%d" % (input_file, line_number)
           continue
-        if not line:
-          if has_text and not documents[-1]:
-            stats.empty_documents += 1
-          documents.append([])
-          has_text = False
-          continue
-        has_text = True
-        tokens = tokenize_line(tokenizer, line, do_whole_word_mask)
-        if tokens:
-          documents[-1].append(tokens)
+        if line:
+          lines.append(line)
+        elif lines:
+          if progress is not None:
+            progress.documents_read += 1
+          yield lines
+          lines = []
     # A file ends the document even without a trailing blank line.
-    if has_text and not documents[-1]:
-      stats.empty_documents += 1
-    documents.append([])
-    has_text = False
-  # Blank lines in a row leave empty lists that are not documents.
-  non_empty = [document for document in documents if document]
-  stats.documents = len(non_empty)
-  return non_empty
+    if lines:
+      if progress is not None:
+        progress.documents_read += 1
+      yield lines
+
+
+def iter_chunks(items, chunk_size):
+  """Yields lists of `chunk_size` consecutive items (the last may be shorter).
+
+  Args:
+    items: iterable, consumed only as far as the chunk being yielded.
+    chunk_size: int; 0 means all items in one chunk.
+  """
+  iterator = iter(items)
+  while True:
+    chunk = list(itertools.islice(iterator, chunk_size or None))
+    if not chunk:
+      return
+    yield chunk
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
@@ -354,40 +525,6 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
   return instances
 
 
-def create_training_instances(all_documents, vocab_words, max_seq_length, dupe_factor,
-                              short_seq_prob, masked_lm_prob, max_predictions_per_seq, rng,
-                              do_whole_word_mask=False, stats=None):
-  """Creates the shuffled instances of all passes over the corpus.
-
-  Args:
-    all_documents: list of documents (lists of non-empty token lists); shuffled in place.
-    vocab_words: list of str, the vocab in id order.
-    max_seq_length, short_seq_prob: see `create_instances_from_document`.
-    dupe_factor: int, passes over the corpus, each with different masks.
-    masked_lm_prob, max_predictions_per_seq, do_whole_word_mask: see
-      `create_masked_lm_predictions`.
-    rng: random.Random.
-    stats: CorpusStats or None; documents_without_instances is counted.
-
-  Returns:
-    list of TrainingInstance.
-  """
-  rng.shuffle(all_documents)
-  instances = []
-  instances_per_document = [0] * len(all_documents)
-  for _ in range(dupe_factor):
-    for document_index in range(len(all_documents)):
-      new_instances = create_instances_from_document(
-          all_documents, document_index, max_seq_length, short_seq_prob, masked_lm_prob,
-          max_predictions_per_seq, vocab_words, rng, do_whole_word_mask)
-      instances_per_document[document_index] += len(new_instances)
-      instances.extend(new_instances)
-  rng.shuffle(instances)
-  if stats is not None:
-    stats.documents_without_instances = instances_per_document.count(0)
-  return instances
-
-
 def _int64_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
@@ -437,144 +574,365 @@ def serialize_instance(instance, tokenizer, max_seq_length, max_predictions_per_
   return example.SerializeToString(deterministic=True)
 
 
-def write_records(records, output_files):
+class RoundRobinRecordWriter(object):
   """Writes records round-robin to TFRecord files, each through `<path>.tmp`.
 
-  Args:
-    records: iterable of bytes (serialized Examples).
-    output_files: list of paths; record k goes to output_files[k % len(output_files)].
+  The files get their final names only in `commit`, so a run that fails or is
+  killed leaves no half-written file under an output name.
 
-  Returns:
-    list of int, the records written to each file.
+  Attributes:
+    output_files: list of the final paths.
+    counts: list of int, the records written to each file.
   """
-  temp_files = [path + ".tmp" for path in output_files]
-  writers = [tf.io.TFRecordWriter(path) for path in temp_files]
-  counts = [0] * len(output_files)
-  try:
-    for index, record in enumerate(records):
-      writer_index = index % len(writers)
-      writers[writer_index].write(record)
-      counts[writer_index] += 1
-    for writer in writers:
+
+  def __init__(self, output_files):
+    self.output_files = list(output_files)
+    self.counts = [0] * len(self.output_files)
+    self._temp_files = [path + ".tmp" for path in self.output_files]
+    self._writers = []
+    try:
+      for temp_file in self._temp_files:
+        self._writers.append(tf.io.TFRecordWriter(temp_file))
+    except BaseException:
+      self.abort()
+      raise
+    self._next = 0
+
+  def write(self, record):
+    """Writes one serialized Example to the next file in turn."""
+    self._writers[self._next].write(record)
+    self.counts[self._next] += 1
+    self._next = (self._next + 1) % len(self._writers)
+
+  def commit(self):
+    """Closes the files and gives them their final names."""
+    for writer in self._writers:
       writer.close()
-    for temp_file, path in zip(temp_files, output_files):
+    for temp_file, path in zip(self._temp_files, self.output_files):
       tf.gfile.Rename(temp_file, path, overwrite=True)
-  except BaseException:
-    for writer in writers:
+
+  def abort(self):
+    """Closes and deletes the temporary files."""
+    for writer in self._writers:
       writer.close()
-    for temp_file in temp_files:
+    for temp_file in self._temp_files:
       if tf.gfile.Exists(temp_file):
         tf.gfile.Remove(temp_file)
-    raise
-  return counts
 
 
-def _serialize_and_log(instances, tokenizer, max_seq_length, max_predictions_per_seq):
-  """Yields the serialized instances, logging the first few."""
-  for index, instance in enumerate(instances):
-    if index < _NUM_INSTANCES_TO_LOG:
-      tf.logging.info("*** Example %d ***\n%s", index, instance)
-    yield serialize_instance(instance, tokenizer, max_seq_length, max_predictions_per_seq)
+def _format_bytes(num_bytes):
+  """A byte count for people: "812.4 KB", "3.2 MB", "1.25 GB"."""
+  if num_bytes >= 1e9:
+    return "%.2f GB" % (num_bytes / 1e9)
+  if num_bytes >= 1e6:
+    return "%.1f MB" % (num_bytes / 1e6)
+  return "%.1f KB" % (num_bytes / 1e3)
 
 
-# What every worker process needs; documents and tokenizer reach the workers
-# once, through the pool initializer (inherited, not pickled, where fork exists).
+class ProgressLog(object):
+  """Logs how far the run is, at most once per interval.
+
+  The ETA extrapolates the time so far over the input bytes not yet done. A
+  chunk's bytes count as done in proportion to its documents' passes that have
+  given their instances (tokenizing and writing are counted in the time, not
+  in the share), so the ETA settles once the first chunk is under way.
+
+  Attributes (set by the caller as the run goes):
+    bytes_read: int, input bytes read.
+    documents_read: int, documents read.
+    bytes_done: float, input bytes whose instances are made.
+    instances_written: int.
+  """
+
+  def __init__(self, total_bytes, interval_seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS,
+               clock=time.time, log_function=None):
+    """Creates the log.
+
+    Args:
+      total_bytes: int, the size of all input files.
+      interval_seconds: float, the least time between two progress lines.
+      clock: function returning seconds.
+      log_function: function(format, *args); tf.logging.info by default.
+    """
+    self.total_bytes = total_bytes
+    self.interval_seconds = interval_seconds
+    self._clock = clock
+    self._log_function = log_function or tf.logging.info
+    self._start = clock()
+    self._last_log = self._start
+    self.bytes_read = 0
+    self.documents_read = 0
+    self.bytes_done = 0.0
+    self.instances_written = 0
+
+  def eta_seconds(self, now):
+    """Seconds left at time `now`, or None before anything is done."""
+    if self.bytes_done <= 0:
+      return None
+    remaining = max(0.0, self.total_bytes - self.bytes_done)
+    return (now - self._start) * remaining / self.bytes_done
+
+  def message(self, now):
+    """The progress line for time `now`."""
+    elapsed = max(now - self._start, 1e-9)
+    eta = self.eta_seconds(now)
+    eta_text = "unknown" if eta is None else str(datetime.timedelta(seconds=int(round(eta))))
+    share = 100.0 * self.bytes_read / self.total_bytes if self.total_bytes else 100.0
+    return ("Progress: read %s of %s (%.1f%%), %d documents; %d instances written "
+            "(%.1f/s); elapsed %s, ETA %s" % (
+                _format_bytes(self.bytes_read), _format_bytes(self.total_bytes), share,
+                self.documents_read, self.instances_written, self.instances_written / elapsed,
+                datetime.timedelta(seconds=int(round(elapsed))), eta_text))
+
+  def maybe_log(self):
+    """Logs the progress line if the interval has passed since the last one."""
+    now = self._clock()
+    if now - self._last_log >= self.interval_seconds:
+      self._last_log = now
+      self._log_function("%s", self.message(now))
+
+
+# What every worker process needs besides the documents.
 InstanceSettings = collections.namedtuple("InstanceSettings", [
     "max_seq_length", "short_seq_prob", "masked_lm_prob", "max_predictions_per_seq",
-    "dupe_factor", "do_whole_word_mask", "random_seed"])
+    "dupe_factor", "do_whole_word_mask", "random_seed", "chinese_segmenter"])
+# The state of a worker process, set by `_init_worker`.
 _WORKER_STATE = {}
 
 
-def _init_worker(all_documents, tokenizer, settings):
-  _WORKER_STATE["all_documents"] = all_documents
-  _WORKER_STATE["tokenizer"] = tokenizer
-  _WORKER_STATE["settings"] = settings
+def _init_worker(state):
+  """Pool initializer: keeps `state` (documents, tokenizer, settings, counters).
+
+  Where fork exists the state is inherited, not pickled; jieba, loaded by the
+  parent, comes along. Elsewhere the segmenter is loaded here.
+  """
+  _WORKER_STATE.clear()
+  _WORKER_STATE.update(state)
+  _WORKER_STATE["segment"] = load_chinese_segmenter(state["settings"].chinese_segmenter)
 
 
-def _create_shard_records(shard):
-  """Worker: the serialized instances of documents [start, end) over all passes.
+def _run_in_pool(context, num_workers, state, function, tasks, on_wait):
+  """Runs `function` over `tasks` in `num_workers` fresh processes.
+
+  Args:
+    context: a multiprocessing context.
+    num_workers: int.
+    state: dict for `_init_worker`.
+    function: a module-level function of one task.
+    tasks: list.
+    on_wait: function called about every _POLL_SECONDS while waiting.
+
+  Returns:
+    list of the results, in task order.
+  """
+  pool = context.Pool(num_workers, initializer=_init_worker, initargs=(state,))
+  try:
+    result = pool.map_async(function, tasks, chunksize=1)
+    while not result.ready():
+      result.wait(_POLL_SECONDS)
+      on_wait()
+    return result.get()
+  finally:
+    pool.terminate()
+    pool.join()
+
+
+def _split_range(length, num_parts):
+  """Cuts range(length) into `num_parts` contiguous (start, end) pairs of near equal size."""
+  bounds = [length * i // num_parts for i in range(num_parts + 1)]
+  return [(bounds[i], bounds[i + 1]) for i in range(num_parts)]
+
+
+def _tokenize_shard(shard):
+  """Worker: tokenizes raw documents [start, end) of the chunk.
 
   Args:
     shard: (shard_index, start, end).
 
   Returns:
-    (records, number of the shard's documents without an instance, str of the
-    first few instances).
+    list of token-list documents (empty ones included, to be counted).
   """
   shard_index, start, end = shard
-  all_documents = _WORKER_STATE["all_documents"]
   tokenizer = _WORKER_STATE["tokenizer"]
   settings = _WORKER_STATE["settings"]
-  vocab_words = list(tokenizer.vocab.keys())
-  # A string seed is hashed with SHA-512: the same stream on every Python version.
-  rng = random.Random("%d/%d" % (settings.random_seed, shard_index))
+  counter = _WORKER_STATE["counter"]
+  documents = []
+  for lines in _WORKER_STATE["documents"][start:end]:
+    documents.append(tokenize_document(tokenizer, lines, settings.do_whole_word_mask,
+                                       _WORKER_STATE["segment"]))
+    counter[shard_index] += 1
+  return documents
+
+
+def tokenize_chunk(raw_documents, tokenizer, settings, segment, num_workers, context,
+                   progress):
+  """Tokenizes a chunk of documents, in `num_workers` processes if more than one.
+
+  Args:
+    raw_documents: list of documents as lists of lines (see `read_raw_documents`).
+    tokenizer: tokenization.FullTokenizer.
+    settings: InstanceSettings.
+    segment: the Chinese segmenter function or None.
+    num_workers: int >= 1.
+    context: multiprocessing context (unused for one worker).
+    progress: ProgressLog.
+
+  Returns:
+    list of tokenized documents (lists of token lists), in input order; a
+    document without tokens gives an empty list.
+  """
+  num_workers = min(num_workers, len(raw_documents))
+  if num_workers <= 1:
+    documents = []
+    for lines in raw_documents:
+      documents.append(tokenize_document(tokenizer, lines, settings.do_whole_word_mask,
+                                         segment))
+      progress.maybe_log()
+    return documents
+  counter = context.RawArray("q", num_workers)
+  state = {"documents": raw_documents, "tokenizer": tokenizer, "settings": settings,
+           "counter": counter}
+  shards = [(index, start, end)
+            for index, (start, end) in enumerate(_split_range(len(raw_documents), num_workers))]
+  results = _run_in_pool(context, num_workers, state, _tokenize_shard, shards,
+                         progress.maybe_log)
+  return [document for shard_documents in results for document in shard_documents]
+
+
+def _create_shard_records(documents, start, end, rng, settings, tokenizer, vocab_words,
+                          on_document_done, num_to_log):
+  """The serialized instances of documents [start, end) over all passes, in order made.
+
+  Args:
+    documents: list of tokenized documents (the chunk); random next sentences
+      may come from any of them.
+    start, end: int, the documents to cut into instances.
+    rng: random.Random.
+    settings: InstanceSettings.
+    tokenizer: tokenization.FullTokenizer.
+    vocab_words: list of str, the vocab in id order.
+    on_document_done: function called after each document of each pass.
+    num_to_log: int, how many of the first instances to return as text.
+
+  Returns:
+    (list of bytes, number of the documents that gave no instance, list of the
+    first `num_to_log` instances as text).
+  """
   records = []
   instances_per_document = [0] * (end - start)
   logged = []
   for _ in range(settings.dupe_factor):
     for document_index in range(start, end):
       instances = create_instances_from_document(
-          all_documents, document_index, settings.max_seq_length, settings.short_seq_prob,
+          documents, document_index, settings.max_seq_length, settings.short_seq_prob,
           settings.masked_lm_prob, settings.max_predictions_per_seq, vocab_words, rng,
           settings.do_whole_word_mask)
       instances_per_document[document_index - start] += len(instances)
       for instance in instances:
-        if len(logged) < _NUM_INSTANCES_TO_LOG:
+        if len(logged) < num_to_log:
           logged.append(str(instance))
         records.append(serialize_instance(instance, tokenizer, settings.max_seq_length,
                                           settings.max_predictions_per_seq))
+      on_document_done()
   return records, instances_per_document.count(0), logged
 
 
-def create_records_in_parallel(all_documents, tokenizer, settings, num_workers, rng, stats):
-  """Creates the serialized, shuffled instances with `num_workers` processes.
+def _shard_rng(random_seed, chunk_index, shard_index):
+  # A string seed is hashed with SHA-512: the same stream on every Python version.
+  return random.Random("%d/%d/%d" % (random_seed, chunk_index, shard_index))
 
-  The documents are shuffled with `rng` and cut into `num_workers` contiguous
-  shards; each worker makes the instances of its shard with a generator seeded
-  by (random_seed, shard), drawing random next sentences from the whole
-  corpus. The output depends on the seed and the number of workers only.
+
+def _create_records_of_shard(shard):
+  """Worker: `_create_shard_records` for (shard_index, start, end) of the chunk."""
+  shard_index, start, end = shard
+  settings = _WORKER_STATE["settings"]
+  tokenizer = _WORKER_STATE["tokenizer"]
+  counter = _WORKER_STATE["counter"]
+
+  def count_document():
+    counter[shard_index] += 1
+
+  return _create_shard_records(
+      _WORKER_STATE["documents"], start, end,
+      _shard_rng(settings.random_seed, _WORKER_STATE["chunk_index"], shard_index), settings,
+      tokenizer, list(tokenizer.vocab.keys()), count_document, _WORKER_STATE["num_to_log"])
+
+
+def create_chunk_records(documents, chunk_index, tokenizer, settings, num_workers, rng,
+                         context, progress, num_to_log):
+  """Creates the shuffled, serialized instances of one chunk of documents.
+
+  The documents are shuffled with `rng`. With one worker every instance is
+  drawn from `rng`, in Google's order. With more, the documents are cut into
+  contiguous shards, one per worker, each with its own stream seeded by
+  (random_seed, chunk_index, shard). Random next sentences come from the
+  whole chunk. The records are then shuffled with `rng`.
 
   Args:
-    all_documents: list of documents; shuffled in place.
+    documents: list of tokenized, non-empty documents; shuffled in place.
+    chunk_index: int, the chunk's number, counted from 0.
     tokenizer: tokenization.FullTokenizer.
     settings: InstanceSettings.
-    num_workers: int >= 2, at most len(all_documents).
-    rng: random.Random, for the document and the final shuffle.
-    stats: CorpusStats; documents_without_instances is counted.
+    num_workers: int >= 1; 1 means Google's single random stream.
+    rng: random.Random, the run's main stream.
+    context: multiprocessing context.
+    progress: ProgressLog; bytes_done is moved through the chunk's bytes.
+    num_to_log: int, how many of the first instances to return as text.
 
   Returns:
-    list of bytes.
+    (list of bytes, number of documents that gave no instance, list of str: the
+    first `num_to_log` instances).
   """
-  rng.shuffle(all_documents)
-  num_documents = len(all_documents)
-  bounds = [num_documents * i // num_workers for i in range(num_workers + 1)]
-  shards = [(i, bounds[i], bounds[i + 1]) for i in range(num_workers)]
-  if "fork" in multiprocessing.get_all_start_methods():
-    context = multiprocessing.get_context("fork")
+  rng.shuffle(documents)
+  total_passes = float(len(documents) * settings.dupe_factor)
+  chunk_start_bytes = progress.bytes_done
+  chunk_bytes = progress.bytes_read - chunk_start_bytes
+
+  def report(passes_done):
+    progress.bytes_done = chunk_start_bytes + chunk_bytes * passes_done / total_passes
+    progress.maybe_log()
+
+  passes_done = [0]
+
+  def count_document():
+    passes_done[0] += 1
+    report(passes_done[0])
+
+  vocab_words = list(tokenizer.vocab.keys())
+  num_shards = min(num_workers, len(documents))
+  if num_workers == 1:
+    records, without_instances, logged = _create_shard_records(
+        documents, 0, len(documents), rng, settings, tokenizer, vocab_words, count_document,
+        num_to_log)
+  elif num_shards == 1:
+    records, without_instances, logged = _create_shard_records(
+        documents, 0, len(documents), _shard_rng(settings.random_seed, chunk_index, 0),
+        settings, tokenizer, vocab_words, count_document, num_to_log)
   else:
-    context = multiprocessing.get_context()
-  pool = context.Pool(num_workers, initializer=_init_worker,
-                      initargs=(all_documents, tokenizer, settings))
-  try:
-    results = pool.map(_create_shard_records, shards)
-  finally:
-    pool.terminate()
-    pool.join()
-  records = []
-  stats.documents_without_instances = 0
-  logged = []
-  for shard_records, without_instances, shard_logged in results:
-    records.extend(shard_records)
-    stats.documents_without_instances += without_instances
-    logged.extend(shard_logged)
-  for index, text in enumerate(logged[:_NUM_INSTANCES_TO_LOG]):
-    tf.logging.info("*** Example %d ***\n%s", index, text)
+    shards = [(index, start, end)
+              for index, (start, end) in enumerate(_split_range(len(documents), num_shards))]
+    counter = context.RawArray("q", num_shards)
+    state = {"documents": documents, "tokenizer": tokenizer, "settings": settings,
+             "counter": counter, "chunk_index": chunk_index, "num_to_log": num_to_log}
+    results = _run_in_pool(context, num_shards, state, _create_records_of_shard, shards,
+                           lambda: report(sum(counter)))
+    records = []
+    without_instances = 0
+    logged = []
+    for shard_records, shard_without_instances, shard_logged in results:
+      records.extend(shard_records)
+      without_instances += shard_without_instances
+      logged.extend(shard_logged)
+    del results
+    logged = logged[:num_to_log]
+  report(total_passes)
   rng.shuffle(records)
-  return records
+  return records, without_instances, logged
 
 
 def check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_lm_prob,
-                   short_seq_prob):
+                   short_seq_prob, num_workers=1, docs_per_chunk=DEFAULT_DOCS_PER_CHUNK,
+                   chinese_segmenter="", do_whole_word_mask=False):
   """Raises UsageError for settings the algorithm cannot work with."""
   if max_seq_length < 5:
     raise UsageError("--max_seq_length=%d: it must be at least 5 ([CLS], [SEP], [SEP] and one "
@@ -588,33 +946,55 @@ def check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_
     raise UsageError("--masked_lm_prob=%s: it must be in (0, 1]." % masked_lm_prob)
   if not 0.0 <= short_seq_prob <= 1.0:
     raise UsageError("--short_seq_prob=%s: it must be in [0, 1]." % short_seq_prob)
+  if num_workers < 0:
+    raise UsageError("--num_workers=%d: give 0 (one per CPU core) or a positive number."
+                     % num_workers)
+  if docs_per_chunk < 0:
+    raise UsageError("--docs_per_chunk=%d: give a positive number of documents, or 0 to "
+                     "hold the whole corpus in memory." % docs_per_chunk)
+  if chinese_segmenter and not do_whole_word_mask:
+    raise UsageError("--chinese_segmenter=%s only changes whole-word masking: add "
+                     "--do_whole_word_mask, or drop --chinese_segmenter." % chinese_segmenter)
+
+
+def _available_cpus():
+  """CPU cores this process may run on."""
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
 
 
 def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
                             do_whole_word_mask=False, max_seq_length=128,
                             max_predictions_per_seq=20, random_seed=12345, dupe_factor=10,
-                            masked_lm_prob=0.15, short_seq_prob=0.1, num_workers=1):
+                            masked_lm_prob=0.15, short_seq_prob=0.1, num_workers=1,
+                            docs_per_chunk=DEFAULT_DOCS_PER_CHUNK, chinese_segmenter="",
+                            progress_interval_seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS):
   """Reads text files and writes pre-training TFRecord files (the whole script).
 
   Args:
     input_file: str, comma-separated globs of text files.
     output_file: str, comma-separated TFRecord paths, written round-robin.
     vocab_file: str, vocab.txt.
-    num_workers: int, processes that create instances; 0 means one per CPU core.
-      With 1 the instances come from one random stream as in Google's script.
+    num_workers: int, processes that tokenize and create instances; 0 means one
+      per CPU core. With 1 the instances come from one random stream as in
+      Google's script.
+    docs_per_chunk: int, documents held in memory at a time; 0 means all.
+    chinese_segmenter: "" (Chinese words are delimited by spaces) or "jieba".
+    progress_interval_seconds: float, the least time between two progress lines.
     The others: as the flags of the same names.
 
   Returns:
     CorpusStats.
 
   Raises:
-    UsageError: a missing file, bad settings or a corpus without documents.
+    UsageError: a missing file, bad settings, a missing segmenter or a corpus
+      without documents.
   """
   check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_lm_prob,
-                 short_seq_prob)
-  if num_workers < 0:
-    raise UsageError("--num_workers=%d: give 0 (one per CPU core) or a positive number."
-                     % num_workers)
+                 short_seq_prob, num_workers, docs_per_chunk, chinese_segmenter,
+                 do_whole_word_mask)
+  segment = load_chinese_segmenter(chinese_segmenter)
   if not vocab_file or not tf.gfile.Exists(vocab_file):
     raise UsageError("--vocab_file=%s: no such file. Give the vocab.txt of the model."
                      % vocab_file)
@@ -636,49 +1016,78 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
       raise UsageError("--vocab_file=%s has no %s token: use the vocab.txt of a BERT model."
                        % (vocab_file, special))
 
-  tf.logging.info("*** Reading from %d input file(s) ***", len(input_files))
+  num_workers = num_workers or _available_cpus()
+  settings = InstanceSettings(max_seq_length, short_seq_prob, masked_lm_prob,
+                              max_predictions_per_seq, dupe_factor, do_whole_word_mask,
+                              random_seed, chinese_segmenter or "")
+  if "fork" in multiprocessing.get_all_start_methods():
+    context = multiprocessing.get_context("fork")
+  else:
+    context = multiprocessing.get_context()
+  total_bytes = sum(tf.gfile.Stat(path).length for path in input_files)
+  tf.logging.info("*** Reading %s from %d input file(s), %s documents per chunk, %d "
+                  "worker process(es) ***", _format_bytes(total_bytes), len(input_files),
+                  docs_per_chunk or "all", num_workers)
   for path in input_files:
     tf.logging.info("  %s", path)
-  stats = CorpusStats()
-  documents = read_documents(input_files, tokenizer, do_whole_word_mask, stats)
-  if stats.skipped_lines:
-    tf.logging.warning("Skipped %d line(s) that are not valid UTF-8; the first is %s.",
-                       stats.skipped_lines, stats.first_skipped_line)
-  if not documents:
-    raise UsageError("--input_file=%s: no document with any token in %s. The input is one "
-                     "sentence per line with a blank line between documents."
-                     % (input_file, ", ".join(input_files)))
 
+  stats = CorpusStats()
+  progress = ProgressLog(total_bytes, progress_interval_seconds)
+  # One stream for the whole run: with one chunk and one worker it is used
+  # exactly as in Google's script.
   rng = random.Random(random_seed)
-  num_workers = min(num_workers or os.cpu_count() or 1, len(documents))
-  if num_workers == 1:
-    vocab_words = list(tokenizer.vocab.keys())
-    instances = create_training_instances(
-        documents, vocab_words, max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob,
-        max_predictions_per_seq, rng, do_whole_word_mask, stats)
-    num_instances = len(instances)
-    records = _serialize_and_log(instances, tokenizer, max_seq_length,
-                                 max_predictions_per_seq)
-  else:
-    tf.logging.info("*** Creating instances with %d worker processes ***", num_workers)
-    settings = InstanceSettings(max_seq_length, short_seq_prob, masked_lm_prob,
-                                max_predictions_per_seq, dupe_factor, do_whole_word_mask,
-                                random_seed)
-    records = create_records_in_parallel(documents, tokenizer, settings, num_workers, rng,
-                                         stats)
-    num_instances = len(records)
-  if not num_instances:
-    raise UsageError("--input_file=%s: no instance could be made from %d document(s)."
-                     % (input_file, stats.documents))
-  tf.logging.info("*** Writing to %d output file(s) ***", len(output_files))
-  counts = write_records(records, output_files)
-  stats.instances = sum(counts)
-  for path, count in zip(output_files, counts):
+  writer = RoundRobinRecordWriter(output_files)
+  num_logged = 0
+  try:
+    raw_documents = read_raw_documents(input_files, stats, progress)
+    for chunk_index, raw_chunk in enumerate(iter_chunks(raw_documents, docs_per_chunk)):
+      tokenized = tokenize_chunk(raw_chunk, tokenizer, settings, segment, num_workers,
+                                 context, progress)
+      documents = [document for document in tokenized if document]
+      stats.empty_documents += len(tokenized) - len(documents)
+      del tokenized
+      if not documents:
+        progress.bytes_done = progress.bytes_read
+        continue
+      stats.documents += len(documents)
+      stats.chunks += 1
+      records, without_instances, logged = create_chunk_records(
+          documents, chunk_index, tokenizer, settings, num_workers, rng, context, progress,
+          _NUM_INSTANCES_TO_LOG - num_logged)
+      del documents
+      stats.documents_without_instances += without_instances
+      for text in logged:
+        tf.logging.info("*** Example %d ***\n%s", num_logged, text)
+        num_logged += 1
+      for record in records:
+        writer.write(record)
+        progress.instances_written += 1
+        progress.maybe_log()
+      del records
+    if stats.skipped_lines:
+      tf.logging.warning("Skipped %d line(s) that are not valid UTF-8; the first is %s.",
+                         stats.skipped_lines, stats.first_skipped_line)
+    if not stats.documents:
+      raise UsageError("--input_file=%s: no document with any token in %s. The input is one "
+                       "sentence per line with a blank line between documents."
+                       % (input_file, ", ".join(input_files)))
+    if not progress.instances_written:
+      raise UsageError("--input_file=%s: no instance could be made from %d document(s)."
+                       % (input_file, stats.documents))
+    writer.commit()
+  except BaseException:
+    writer.abort()
+    raise
+  stats.instances = sum(writer.counts)
+  tf.logging.info("%s", progress.message(time.time()))
+  tf.logging.info("*** Wrote %d output file(s) ***", len(output_files))
+  for path, count in zip(output_files, writer.counts):
     tf.logging.info("  %s: %d instances", path, count)
   tf.logging.info("documents: %d, documents without tokens (dropped): %d, documents that "
-                  "gave no instance: %d, instances: %d, non-UTF-8 lines skipped: %d",
-                  stats.documents, stats.empty_documents, stats.documents_without_instances,
-                  stats.instances, stats.skipped_lines)
+                  "gave no instance: %d, instances: %d, non-UTF-8 lines skipped: %d, "
+                  "chunks: %d", stats.documents, stats.empty_documents,
+                  stats.documents_without_instances, stats.instances, stats.skipped_lines,
+                  stats.chunks)
   return stats
 
 
@@ -697,7 +1106,8 @@ def define_flags():
                     "Lower-case the input (True for uncased and Chinese models).")
   flags.DEFINE_bool("do_whole_word_mask", False,
                     "Mask whole words: a token with its ## pieces, the characters of a "
-                    "space-separated Chinese word.")
+                    "Chinese word (words separated by spaces, or found by "
+                    "--chinese_segmenter).")
   flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, with [CLS] and [SEP]s.")
   flags.DEFINE_integer("max_predictions_per_seq", 20,
                        "Most masked-LM predictions per instance.")
@@ -707,9 +1117,18 @@ def define_flags():
   flags.DEFINE_float("short_seq_prob", 0.1,
                      "Share of instances that aim for a random length below max_seq_length.")
   flags.DEFINE_integer("num_workers", 0,
-                       "Processes that create instances (0: one per CPU core). The output "
-                       "depends on the seed and this number; 1 follows Google's single "
-                       "random stream.")
+                       "Processes that tokenize and create instances (0: one per CPU core). "
+                       "The output depends on the seed, this number and --docs_per_chunk; 1 "
+                       "follows Google's single random stream.")
+  flags.DEFINE_integer("docs_per_chunk", DEFAULT_DOCS_PER_CHUNK,
+                       "Documents held in memory at a time (0: the whole corpus, as Google's "
+                       "script). Random next sentences and the shuffle stay within a chunk. "
+                       "Memory: about 130 bytes per token of a chunk with dupe_factor=10 in "
+                       "one process, about three times that with worker processes.")
+  flags.DEFINE_string("chinese_segmenter", "",
+                      "With --do_whole_word_mask: 'jieba' finds the words of raw Chinese text "
+                      "with jieba (pip install jieba). Empty: Chinese words are separated by "
+                      "spaces in the input.")
 
 
 def main(_):
@@ -724,7 +1143,8 @@ def main(_):
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
       random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
       masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
-      num_workers=FLAGS.num_workers)
+      num_workers=FLAGS.num_workers, docs_per_chunk=FLAGS.docs_per_chunk,
+      chinese_segmenter=FLAGS.chinese_segmenter)
 
 
 if __name__ == "__main__":

@@ -794,7 +794,9 @@ def define_flags():
   flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save every this many steps.")
   flags.DEFINE_integer("n_best_size", 20, "Answers per question in nbest_predictions.json.")
   flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in word pieces.")
-  flags.DEFINE_bool("verbose_logging", False, "Log more about the data.")
+  flags.DEFINE_bool("verbose_logging", False, "Accepted for Google compatibility; unused "
+                    "(Google's logs failures to align answers to words, which character "
+                    "offsets do not need).")
   flags.DEFINE_bool("version_2_with_negative", False, "SQuAD 2.0: questions may have no "
                     "answer; writes null_odds.json.")
   flags.DEFINE_float("null_score_diff_threshold", 0.0, "v2: predict no answer when the null "

@@ -1,16 +1,20 @@
 # coding=utf-8
 """Tests of create_pretraining_data.py: the TFRecord features, masking, next
-sentence labels, whole-word masking, determinism, round-robin output and errors.
+sentence labels, whole-word masking (also with jieba), determinism, round-robin
+output, streaming in chunks, progress lines and errors.
 
 The checks rebuild the original token sequence of every instance from the
 written features and look it up in the corpus the test wrote, tokenized by the
 test itself with a hand-written word -> pieces table.
 """
 
+import logging
 import os
 import random
+import re
 import subprocess
 import sys
+import tracemalloc
 
 import pytest
 import tensorflow.compat.v1 as tf
@@ -19,6 +23,7 @@ REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT_PATH = os.path.join(REPO_DIR, "create_pretraining_data.py")
 
 import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
+import tokenization  # pylint: disable=g-import-not-at-top
 from multigpu import UsageError  # pylint: disable=g-import-not-at-top
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -456,7 +461,6 @@ def test_negative_num_workers_is_an_error(tmp_path):
 
 
 def test_whole_word_tokenizing_keeps_tokens_and_marks_word_characters(tmp_path):
-  import tokenization  # pylint: disable=g-import-not-at-top
   tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path), do_lower_case=True)
   line = u"北京 是 天安门，Cats playing! 中国人民 xyz 我爱"
   tokens = cpd.tokenize_line(tokenizer, line, do_whole_word_mask=True)
@@ -470,3 +474,444 @@ def test_whole_word_tokenizing_keeps_tokens_and_marks_word_characters(tmp_path):
                        False, False, False, True, True, True, False, False, True]
   assert not any(isinstance(token, cpd.WordContinuation)
                  for token in cpd.tokenize_line(tokenizer, line, do_whole_word_mask=False))
+
+
+def test_unsegmented_chinese_lines_mask_single_characters(tmp_path):
+  # Raw Chinese (no spaces between characters): grouping the whole run up to the next
+  # space would make clause-long "words"; Google's script masks characters one by one.
+  tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path), do_lower_case=True)
+  raw = u"北京是中国人民的天安门，cats playing"
+  tokens = cpd.tokenize_line(tokenizer, raw, do_whole_word_mask=True)
+  assert [str(token) for token in tokens] == tokenizer.tokenize(raw)
+  assert not any(isinstance(token, cpd.WordContinuation) for token in tokens)
+  assert not cpd.is_segmented_chinese(raw.replace(" ", "")) and \
+      not cpd.is_segmented_chinese(u"中国 cats 北京") and cpd.is_segmented_chinese(u"北京 是")
+
+
+# ---------------------------------------------------------------------------
+# Streaming in chunks
+# ---------------------------------------------------------------------------
+
+
+def make_long_sentence_corpus(seed, num_documents):
+  """English documents of 2-4 sentences of 6-9 words: a segment A is long enough
+  to name its document, so instances can be traced back to documents."""
+  rng = random.Random(seed)
+  words = sorted(ENGLISH_PIECES)
+  documents = [[[rng.choice(words) for _ in range(rng.randint(6, 9))] + ["."]
+                for _ in range(rng.randint(2, 4))] for _ in range(num_documents)]
+  text = "\n\n".join("\n".join(" ".join(sentence) for sentence in document)
+                     for document in documents) + "\n"
+  return text, documents
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_chunks_keep_the_format_and_next_sentences_within_a_chunk(tmp_path, num_workers):
+  docs_per_chunk = 5
+  text, documents = make_long_sentence_corpus(seed=9, num_documents=23)
+  outputs, stats = run_cpd(tmp_path, text, name="a", dupe_factor=2, num_workers=num_workers,
+                           docs_per_chunk=docs_per_chunk)
+  again, _ = run_cpd(tmp_path, text, name="b", dupe_factor=2, num_workers=num_workers,
+                     docs_per_chunk=docs_per_chunk)
+  with open(outputs[0], "rb") as f, open(again[0], "rb") as g:
+    assert f.read() == g.read()
+  assert stats.chunks == 5
+  assert stats.documents == len(documents)
+  assert stats.documents_without_instances == 0
+  streams = document_streams(documents, english_ids)
+  examples = read_records(outputs[0])
+  assert len(examples) == stats.instances > 0
+  named = set()
+  random_next_checked = 0
+  labels_seen = set()
+  for example in examples:
+    _, tokens_a, tokens_b, _, _, label = check_instance(decode(example))
+    labels_seen.add(label)
+    documents_a = contiguous_in(tokens_a, streams)
+    documents_b = contiguous_in(tokens_b, streams)
+    assert documents_a and documents_b
+    if label == 0:
+      assert set(documents_a) & set(documents_b)
+    if len(documents_a) == 1:
+      named.add(documents_a[0])
+      if label == 1 and len(documents_b) == 1:
+        # A random next sentence comes from the same chunk of the input.
+        assert documents_a[0] // docs_per_chunk == documents_b[0] // docs_per_chunk
+        random_next_checked += 1
+  assert labels_seen == set([0, 1])
+  assert named == set(range(len(documents)))  # every document gave an instance
+  assert random_next_checked > 10
+
+
+def reference_records(text, vocab_file, seed, docs_per_chunk, dupe_factor):
+  """Google's algorithm, chunk by chunk with one random stream, written out directly:
+  documents split by blank lines, each chunk shuffled, dupe_factor passes, the
+  chunk's instances shuffled."""
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  documents = []
+  for block in text.split("\n\n"):
+    sentences = [tokenizer.tokenize(line) for line in block.split("\n") if line.strip()]
+    sentences = [sentence for sentence in sentences if sentence]
+    if sentences:
+      documents.append(sentences)
+  vocab_words = list(tokenizer.vocab.keys())
+  rng = random.Random(seed)
+  size = docs_per_chunk or len(documents)
+  records = []
+  for start in range(0, len(documents), size):
+    chunk = documents[start:start + size]
+    rng.shuffle(chunk)
+    instances = []
+    for _ in range(dupe_factor):
+      for index in range(len(chunk)):
+        instances.extend(cpd.create_instances_from_document(
+            chunk, index, MAX_SEQ_LENGTH, 0.1, 0.15, MAX_PREDICTIONS, vocab_words, rng))
+    rng.shuffle(instances)
+    records.extend(cpd.serialize_instance(instance, tokenizer, MAX_SEQ_LENGTH, MAX_PREDICTIONS)
+                   for instance in instances)
+  return records
+
+
+@pytest.mark.parametrize("docs_per_chunk", [0, 100, 7])
+def test_one_worker_follows_googles_single_stream_per_chunk(tmp_path, docs_per_chunk):
+  # 0 and 100 hold the 30 documents in one chunk: exactly Google's algorithm.
+  text, _ = make_english_corpus(seed=10, num_documents=30)
+  outputs, stats = run_cpd(tmp_path, text, seed=77, dupe_factor=3, num_workers=1,
+                           docs_per_chunk=docs_per_chunk)
+  expected = reference_records(text, str(tmp_path / "vocab.txt"), 77, docs_per_chunk, 3)
+  assert list(tf.io.tf_record_iterator(outputs[0])) == expected
+  assert stats.chunks == (5 if docs_per_chunk == 7 else 1)
+
+
+def test_reader_is_consumed_one_chunk_at_a_time(tmp_path, monkeypatch):
+  # Counts the documents read but not yet handed on: reading the whole corpus
+  # before working on it would make this the corpus size.
+  read = [0]
+  handed_on = [0]
+  held = []
+  real_reader = cpd.read_raw_documents
+  real_tokenize_chunk = cpd.tokenize_chunk
+
+  def counting_reader(*args, **kwargs):
+    for document in real_reader(*args, **kwargs):
+      read[0] += 1
+      yield document
+
+  def recording_tokenize_chunk(raw_documents, *args, **kwargs):
+    held.append(read[0] - handed_on[0])
+    handed_on[0] += len(raw_documents)
+    return real_tokenize_chunk(raw_documents, *args, **kwargs)
+
+  monkeypatch.setattr(cpd, "read_raw_documents", counting_reader)
+  monkeypatch.setattr(cpd, "tokenize_chunk", recording_tokenize_chunk)
+  text, documents = make_english_corpus(seed=11, num_documents=23)
+  _, stats = run_cpd(tmp_path, text, dupe_factor=1, docs_per_chunk=5, num_workers=2)
+  assert read[0] == handed_on[0] == len(documents) == stats.documents
+  assert held == [5, 5, 5, 5, 3]
+
+
+def traced_peak_bytes(tmp_path, name, num_documents, docs_per_chunk):
+  """Peak Python heap (tracemalloc) of one in-process run."""
+  text, _ = make_english_corpus(seed=12, num_documents=num_documents)
+  tracemalloc.start()
+  try:
+    run_cpd(tmp_path, text, name=name, dupe_factor=2, num_workers=1,
+            docs_per_chunk=docs_per_chunk)
+    return tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+
+
+def test_peak_memory_follows_the_chunk_not_the_corpus(tmp_path):
+  run_cpd(tmp_path, make_english_corpus(seed=12, num_documents=5)[0], name="warm_up")
+  small = traced_peak_bytes(tmp_path, "small", 150, docs_per_chunk=20)
+  large = traced_peak_bytes(tmp_path, "large", 600, docs_per_chunk=20)
+  whole = traced_peak_bytes(tmp_path, "whole", 600, docs_per_chunk=0)
+  # Four times the corpus in chunks of the same size: about the same peak.
+  assert large < 1.5 * small, (small, large)
+  # The measurement sees a corpus held at once (the peak grows with the corpus).
+  assert whole > 3 * large, (large, whole)
+
+
+def test_a_failure_leaves_the_old_output_and_no_temp_file(tmp_path, monkeypatch):
+  output = write_text(tmp_path / "o.tfrecord", "old")
+  calls = [0]
+  real_create_chunk_records = cpd.create_chunk_records
+
+  def failing_second_chunk(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == 2:
+      raise RuntimeError("disk full")
+    return real_create_chunk_records(*args, **kwargs)
+
+  monkeypatch.setattr(cpd, "create_chunk_records", failing_second_chunk)
+  text, _ = make_english_corpus(seed=13, num_documents=12)
+  with pytest.raises(RuntimeError, match="disk full"):
+    run_cpd(tmp_path, text, name="o", output_names=["o.tfrecord"], docs_per_chunk=5)
+  assert calls[0] == 2
+  with open(output) as f:
+    assert f.read() == "old"
+  assert not [n for n in os.listdir(str(tmp_path)) if n.endswith(".tmp")]
+
+
+def test_bad_chunk_size_is_an_error(tmp_path):
+  text, _ = make_english_corpus(seed=8, num_documents=3)
+  with pytest.raises(UsageError, match="docs_per_chunk"):
+    run_cpd(tmp_path, text, docs_per_chunk=-1)
+
+
+# ---------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------
+
+PROGRESS_RE = re.compile(
+    r"Progress: read [\d.]+ [KMG]B of [\d.]+ [KMG]B \(([\d.]+)%\), (\d+) documents; (\d+) "
+    r"instances written \([\d.]+/s\); elapsed \d+:\d\d:\d\d, ETA (\d+:\d\d:\d\d|unknown)")
+
+
+def test_progress_log_eta_and_rate_limit():
+  now = [100.0]
+  lines = []
+  progress = cpd.ProgressLog(2000000, interval_seconds=5.0, clock=lambda: now[0],
+                             log_function=lambda fmt, *args: lines.append(fmt % args))
+  now[0] = 104.0
+  progress.maybe_log()
+  assert not lines  # under the interval
+  now[0] = 105.0
+  progress.maybe_log()
+  assert len(lines) == 1 and lines[0].endswith("ETA unknown")
+  progress.bytes_read = 800000
+  progress.documents_read = 40
+  progress.bytes_done = 500000.0
+  progress.instances_written = 30
+  now[0] = 109.0
+  progress.maybe_log()
+  assert len(lines) == 1
+  now[0] = 110.0
+  progress.maybe_log()
+  assert len(lines) == 2
+  # 10 s for a quarter of the bytes: 30 s to go; 30 instances in 10 s.
+  assert lines[1] == ("Progress: read 800.0 KB of 2.0 MB (40.0%), 40 documents; 30 instances "
+                      "written (3.0/s); elapsed 0:00:10, ETA 0:00:30")
+
+
+class ListHandler(logging.Handler):
+
+  def __init__(self):
+    logging.Handler.__init__(self)
+    self.messages = []
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+
+def test_progress_lines_appear_with_an_eta(tmp_path):
+  handler = ListHandler()
+  logger = tf.get_logger()
+  verbosity = tf.logging.get_verbosity()
+  logger.addHandler(handler)
+  tf.logging.set_verbosity(tf.logging.INFO)
+  try:
+    text, _ = make_english_corpus(seed=14, num_documents=12)
+    _, stats = run_cpd(tmp_path, text, dupe_factor=2, docs_per_chunk=5, num_workers=2,
+                       progress_interval_seconds=0.0)
+  finally:
+    logger.removeHandler(handler)
+    tf.logging.set_verbosity(verbosity)
+  matches = [PROGRESS_RE.search(message) for message in handler.messages]
+  matches = [match for match in matches if match]
+  assert len(matches) > 10
+  # An ETA is given while the input is still being read.
+  assert [match for match in matches
+          if match.group(4) != "unknown" and float(match.group(1)) < 100.0]
+  last = matches[-1]
+  assert float(last.group(1)) == 100.0
+  assert int(last.group(2)) == stats.documents == 12
+  assert int(last.group(3)) == stats.instances
+  assert last.group(4) == "0:00:00"
+  # Shares read never go down.
+  shares = [float(match.group(1)) for match in matches]
+  assert shares == sorted(shares)
+
+
+# ---------------------------------------------------------------------------
+# --chinese_segmenter=jieba
+# ---------------------------------------------------------------------------
+
+
+def is_basic_cjk(char):
+  return u"\u4e00" <= char <= u"\u9fff"
+
+
+def jieba_word_starts(jieba, line):
+  """Per character of the line: whether it starts a masking group, from jieba.lcut.
+
+  The characters of one jieba word are one group where they are Chinese;
+  anything else is a group of its own."""
+  starts = []
+  for word in jieba.lcut(line):
+    for index, char in enumerate(word):
+      starts.append(index == 0 or not (is_basic_cjk(char) and is_basic_cjk(word[index - 1])))
+  return starts
+
+
+def vocab_for(tmp_path, text, name="jieba_vocab.txt"):
+  chars = sorted(set(char for char in text if not char.isspace()))
+  return write_text(tmp_path / name, "".join(token + "\n" for token in SPECIAL + chars))
+
+
+def test_jieba_words_are_the_whole_word_groups(tmp_path):
+  jieba = pytest.importorskip("jieba")
+  line = u"我爱北京天安门，北京是中国的首都。今天天气很好，我们一起去公园散步吧。"
+  tokenizer = tokenization.FullTokenizer(vocab_for(tmp_path, line), do_lower_case=True)
+  segment = cpd.load_chinese_segmenter("jieba")
+  tokens = cpd.tokenize_line(tokenizer, line, True, segment)
+  assert [str(token) for token in tokens] == list(line) == tokenizer.tokenize(line)
+  starts = jieba_word_starts(jieba, line)
+  assert [not isinstance(token, cpd.WordContinuation) for token in tokens] == starts
+  expected_groups = []
+  for position, start in enumerate(starts, 1):  # position 0 is [CLS]
+    if start:
+      expected_groups.append([position])
+    else:
+      expected_groups[-1].append(position)
+  groups = cpd.whole_word_candidates(["[CLS]"] + tokens + ["[SEP]"], True)
+  assert sorted(groups) == expected_groups
+  assert max(len(group) for group in groups) >= 3  # e.g. 天安门
+  # Without the segmenter, unspaced Chinese is masked character by character (Google's).
+  plain = cpd.tokenize_line(tokenizer, line, True)
+  assert not any(isinstance(token, cpd.WordContinuation) for token in plain)
+
+
+def test_jieba_keeps_the_tokens_of_mixed_text(tmp_path):
+  pytest.importorskip("jieba")
+  # jieba cuts accented Latin letters and kana one character at a time; the
+  # tokens must stay those of BERT's tokenizer.
+  line = u"iPhone手机很好用 café的咖啡カタカナ 3.5%的T恤"
+  vocab = SPECIAL + sorted(set(c for c in line if tokenization.is_cjk_character(c))) + [
+      "iphone", "cafe", "caf", "3", "5", ".", "%", "t", "カタカナ"]
+  vocab_file = write_text(tmp_path / "mixed_vocab.txt", "".join(t + "\n" for t in vocab))
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  tokens = cpd.tokenize_line(tokenizer, line, True, cpd.load_chinese_segmenter("jieba"))
+  assert [str(token) for token in tokens] == tokenizer.tokenize(line)
+  assert "cafe" in tokens and "カタカナ" in tokens
+  # 手机 is one jieba word.
+  assert isinstance(tokens[tokens.index(u"手") + 1], cpd.WordContinuation)
+
+
+JIEBA_CORPUS_WORDS = [
+    u"我们", u"今天", u"天气", u"公园", u"散步", u"北京", u"上海", u"学生", u"老师", u"学校",
+    u"喜欢", u"电脑", u"手机", u"音乐", u"电影", u"朋友", u"时间", u"工作", u"问题", u"发展",
+    u"经济", u"社会", u"文化", u"历史", u"的", u"了", u"是", u"在", u"很", u"去"]
+
+
+def make_raw_chinese_corpus(seed, num_documents):
+  """Chinese documents without spaces; returns (text, documents as lists of lines)."""
+  rng = random.Random(seed)
+  documents = []
+  for _ in range(num_documents):
+    lines = []
+    for _ in range(rng.randint(1, 5)):
+      words = [rng.choice(JIEBA_CORPUS_WORDS) for _ in range(rng.randint(4, 10))]
+      if rng.random() < 0.5:
+        words.insert(rng.randint(1, len(words) - 1), u"，")
+      lines.append(u"".join(words))
+    documents.append(lines)
+  text = u"\n\n".join(u"\n".join(lines) for lines in documents) + u"\n"
+  return text, documents
+
+
+def jieba_split_groups(path, vocab, documents, jieba):
+  """Counts (jieba words partly masked, multi-character jieba words fully masked).
+
+  Each segment of an instance is a run of one document's characters; a run
+  that occurs where jieba cuts differently is left out."""
+  streams = [u"".join(lines) for lines in documents]
+  starts = [[s for line in lines for s in jieba_word_starts(jieba, line)] for lines in documents]
+  partial = full = checked = 0
+  for example in read_records(path):
+    features = decode(example)
+    original, tokens_a, tokens_b, positions, _, _ = check_instance(features)
+    masked = set(positions)
+    first_sep = len(tokens_a) + 1
+    for offset, ids in ((1, tokens_a), (first_sep + 1, tokens_b)):
+      run = u"".join(vocab[i] for i in ids)
+      cuts = set()
+      for stream, stream_starts in zip(streams, starts):
+        found = stream.find(run)
+        while found >= 0:
+          cuts.add(tuple(stream_starts[found + 1:found + len(run)]))
+          found = stream.find(run, found + 1)
+      assert cuts, run
+      if len(cuts) > 1:
+        continue
+      checked += 1
+      run_starts = (True,) + cuts.pop()
+      groups = []
+      for index, start in enumerate(run_starts):
+        if start:
+          groups.append([offset + index])
+        else:
+          groups[-1].append(offset + index)
+      for group in groups:
+        hits = len(masked.intersection(group))
+        if len(group) > 1 and hits == len(group):
+          full += 1
+        elif 0 < hits < len(group):
+          partial += 1
+  assert checked > 50
+  return partial, full
+
+
+def test_jieba_whole_word_masking_in_worker_processes(tmp_path):
+  jieba = pytest.importorskip("jieba")
+  text, documents = make_raw_chinese_corpus(seed=15, num_documents=30)
+  vocab_file = vocab_for(tmp_path, text)
+  with open(vocab_file, encoding="utf-8") as f:
+    vocab = f.read().split("\n")
+  input_path = write_text(tmp_path / "raw.txt", text)
+  settings = dict(max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS,
+                  dupe_factor=3, num_workers=2, docs_per_chunk=12)
+  whole = str(tmp_path / "whole.tfrecord")
+  cpd.create_pretraining_data(input_path, whole, vocab_file, do_whole_word_mask=True,
+                              chinese_segmenter="jieba", **settings)
+  partial, full = jieba_split_groups(whole, vocab, documents, jieba)
+  assert partial == 0
+  assert full > 20
+  # Words of jieba's size fill the masking budget; a whole unspaced run, too
+  # long to mask, would leave much of it unused.
+  masked = budget = 0
+  for example in read_records(whole):
+    features = decode(example)
+    masked += int(sum(features["masked_lm_weights"][1]))
+    budget += min(MAX_PREDICTIONS, max(1, int(round(sum(features["input_mask"][1]) * 0.15))))
+  assert masked > 0.9 * budget
+  # Character masking splits jieba's words, so the check above can fail.
+  pieces = str(tmp_path / "pieces.tfrecord")
+  cpd.create_pretraining_data(input_path, pieces, vocab_file, **settings)
+  assert jieba_split_groups(pieces, vocab, documents, jieba)[0] > 0
+
+
+def test_segmenter_errors(tmp_path, monkeypatch):
+  text, _ = make_english_corpus(seed=16, num_documents=3)
+  with pytest.raises(UsageError, match="unknown segmenter"):
+    run_cpd(tmp_path, text, do_whole_word_mask=True, chinese_segmenter="thulac")
+  with pytest.raises(UsageError, match="do_whole_word_mask"):
+    run_cpd(tmp_path, text, chinese_segmenter="jieba")
+  # An import of jieba fails as if it were not installed.
+  monkeypatch.setitem(sys.modules, "jieba", None)
+  with pytest.raises(UsageError, match="pip install jieba"):
+    run_cpd(tmp_path, text, do_whole_word_mask=True, chinese_segmenter="jieba")
+
+
+def test_script_without_jieba_is_one_line_error(tmp_path):
+  corpus = write_text(tmp_path / "c.txt", u"北京是首都\n")
+  argv = [SCRIPT_PATH, "--input_file=" + corpus, "--output_file=" + str(tmp_path / "o"),
+          "--vocab_file=" + write_vocab(tmp_path), "--do_whole_word_mask",
+          "--chinese_segmenter=jieba"]
+  code = ("import runpy, sys; sys.modules['jieba'] = None; sys.argv = %r; "
+          "runpy.run_path(%r, run_name='__main__')" % (argv, SCRIPT_PATH))
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+  assert_one_line_error(result, "--chinese_segmenter=jieba", "pip install jieba")
+  assert not os.path.exists(str(tmp_path / "o"))
