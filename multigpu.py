@@ -29,6 +29,13 @@ class UsageError(Exception):
   """
 
 
+def _current_umask():
+  """The process umask (reading it means setting it, so it is set straight back)."""
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
 def atomic_write_text(path, text):
   """Writes `text` (UTF-8) to `path` through a temp file and a rename.
 
@@ -39,6 +46,8 @@ def atomic_write_text(path, text):
   try:
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
       f.write(text)
+    # mkstemp makes the file private (0600); give it the mode open() would give it.
+    os.chmod(tmp_path, 0o666 & ~_current_umask())
     os.replace(tmp_path, path)
   except BaseException:
     if os.path.exists(tmp_path):
@@ -159,20 +168,20 @@ def _tower_scope(plan, tower_index):
   Resource variables: with ref variables, assign-based updates race with other towers' reads.
   """
   tower_device = plan.tower_devices[tower_index]
-
-  def read_on_tower(getter, *args, **kwargs):
-    # The tower uses its own copy of each variable's value. Gradients from several uses
-    # (the tied embedding's lookup and output projection) are then summed on the tower's
-    # device, not per tower on the variable device.
-    variable = getter(*args, **kwargs)
-    with tf.device(tower_device):
-      return tf.identity(variable)
-
   device = _device_function(tower_device, plan.variable_device)
-  with tf.device(device), tf.name_scope("tower_%d" % tower_index), tf.variable_scope(
-      tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
-      custom_getter=read_on_tower):
-    yield
+  with tf.device(device), tf.name_scope("tower_%d" % tower_index) as tower_name_scope:
+
+    def read_on_tower(getter, *args, **kwargs):
+      # The tower uses its own copy of each variable's value. Gradients from several uses
+      # (the tied embedding's lookup and output projection) are then summed on the tower's
+      # device, not per tower on the variable device.
+      variable = getter(*args, **kwargs)
+      with tf.device(tower_device), tf.name_scope(tower_name_scope):
+        return tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
+
+    with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
+                           custom_getter=read_on_tower):
+      yield
 
 
 def split_for_towers(features, num_towers):

@@ -57,7 +57,8 @@ class SquadExample(object):
     answer_start, answer_end: char span [start, end) of the training answer in
       context_text, or None (no answer, or not training).
     is_impossible: bool (v2).
-    gold_answers: list of answer texts for scoring; [] when the file has none.
+    gold_answers: list of answer texts for scoring ([""] for an unanswerable question);
+      None when the question has no "answers" key.
   """
 
   def __init__(self, qas_id, question_text, context_text, answer_start=None, answer_end=None,
@@ -68,7 +69,7 @@ class SquadExample(object):
     self.answer_start = answer_start
     self.answer_end = answer_end
     self.is_impossible = is_impossible
-    self.gold_answers = gold_answers or []
+    self.gold_answers = gold_answers
 
 
 def load_squad_json(path):
@@ -173,15 +174,22 @@ def read_squad_examples(input_file, is_training, version_2_with_negative):
                            (input_file, qa_where, qas_id, seen_ids[qas_id]))
         seen_ids[qas_id] = qa_where
         question = _get(input_file, qa_where, qa, "question", str)
-        is_impossible = bool(qa.get("is_impossible", False)) if version_2_with_negative \
-            else False
+        is_impossible = False
+        if version_2_with_negative and "is_impossible" in qa:
+          is_impossible = qa["is_impossible"]
+          if is_impossible not in (True, False):  # 0 and 1 compare equal to them
+            raise UsageError("%s: %s.is_impossible is %r; it must be true or false (a JSON "
+                             "boolean, not a string)." % (input_file, qa_where, is_impossible))
+          is_impossible = bool(is_impossible)
         answers = qa.get("answers", [])
         if not isinstance(answers, list):
           raise UsageError("%s: %s.answers is not a list." % (input_file, qa_where))
         gold = []
         for n, answer in enumerate(answers):
           gold.append(_get(input_file, "%s.answers[%d]" % (qa_where, n), answer, "text", str))
-        if version_2_with_negative and is_impossible:
+        if "answers" not in qa:
+          gold = None  # Nothing to score against (a file with the answers taken out).
+        elif is_impossible:
           gold = [""]
         example = SquadExample(qas_id, question, context, is_impossible=is_impossible,
                                gold_answers=gold)
@@ -192,6 +200,9 @@ def read_squad_examples(input_file, is_training, version_2_with_negative):
                 "SQuAD 2.0 data with unanswerable questions (\"is_impossible\": true) pass "
                 "--version_2_with_negative." % (input_file, qa_where, qas_id))
           start = _get(input_file, qa_where + ".answers[0]", answers[0], "answer_start", int)
+          if isinstance(start, bool):
+            raise UsageError("%s: %s.answers[0].answer_start is %r, expected a character "
+                             "offset." % (input_file, qa_where, start))
           span = locate_answer(context, gold[0], start)
           if span is None:
             counts["answers_not_found"] += 1
@@ -253,25 +264,38 @@ def doc_windows(num_doc_tokens, max_tokens_for_doc, doc_stride):
     start += min(length, doc_stride)
 
 
-def max_context_flags(windows, window_index):
-  """For each token of a window: is this the window where it has the most context.
+def best_context_windows(windows, num_doc_tokens):
+  """For each context token, the window that gives it the most context.
 
   A token's context in a window is min(tokens to its left, tokens to its right), plus
-  a small bonus for longer windows to break ties, as in Google's script.
+  a small bonus for longer windows to break ties; the first such window wins, as in
+  Google's script.
+
+  Returns:
+    list of int [num_doc_tokens], window indexes.
+  """
+  best_scores = [None] * num_doc_tokens
+  best_windows = [0] * num_doc_tokens
+  for index, (start, length) in enumerate(windows):
+    for position in range(start, start + length):
+      score = min(position - start, start + length - 1 - position) + 0.01 * length
+      if best_scores[position] is None or score > best_scores[position]:
+        best_scores[position], best_windows[position] = score, index
+  return best_windows
+
+
+def max_context_flags(windows, window_index, best_windows=None):
+  """For each token of a window: is this the window where it has the most context.
+
+  Args:
+    windows: list of (start, length).
+    window_index: the window.
+    best_windows: best_context_windows(windows, ...), when already computed.
   """
   start, length = windows[window_index]
-  flags = []
-  for position in range(start, start + length):
-    best_score, best_index = None, None
-    for index, (other_start, other_length) in enumerate(windows):
-      if not other_start <= position < other_start + other_length:
-        continue
-      score = min(position - other_start, other_start + other_length - 1 - position) + \
-          0.01 * other_length
-      if best_score is None or score > best_score:
-        best_score, best_index = score, index
-    flags.append(best_index == window_index)
-  return flags
+  if best_windows is None:
+    best_windows = best_context_windows(windows, max(s + n for s, n in windows))
+  return [best_windows[position] == window_index for position in range(start, start + length)]
 
 
 def answer_token_span(token_starts, token_ends, answer_start, answer_end):
@@ -318,6 +342,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
         counts["answers_without_tokens"] += 1
     max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
     windows = doc_windows(len(doc_tokens), max_tokens_for_doc, doc_stride)
+    best_windows = best_context_windows(windows, len(doc_tokens))
     for window_index, (window_start, window_length) in enumerate(windows):
       tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
       offset = len(tokens)  # position of the window's first token
@@ -325,7 +350,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       segment_ids = [0] * offset + [1] * (window_length + 1)
       token_starts = [-1] * offset + doc_starts[window_start:window_start + window_length]
       token_ends = [-1] * offset + doc_ends[window_start:window_start + window_length]
-      is_max_context = [False] * offset + max_context_flags(windows, window_index)
+      is_max_context = [False] * offset + max_context_flags(windows, window_index,
+                                                            best_windows)
       input_ids = tokenizer.convert_tokens_to_ids(tokens)
       input_mask = [1] * len(input_ids)
       padding = max_seq_length - len(input_ids)
@@ -463,9 +489,12 @@ def create_model_fn(bert_config):
 # Predictions: n-best spans per question
 # ---------------------------------------------------------------------------
 
-def _top_indexes(logits, n):
-  """Indexes of the n largest logits, largest first (ties: lower index first)."""
-  return list(np.argsort(-np.asarray(logits), kind="stable")[:n])
+def _top_indexes(logits, n, allowed):
+  """Indexes of the n largest logits among the `allowed` positions, largest first (ties:
+  lower index first)."""
+  allowed = np.flatnonzero(allowed)
+  order = np.argsort(-np.asarray(logits)[allowed], kind="stable")
+  return list(allowed[order[:n]])
 
 
 def _softmax(scores):
@@ -480,7 +509,8 @@ def predict_answers(examples, features, start_logits, end_logits, n_best_size,
                     max_answer_length, version_2_with_negative, null_score_diff_threshold):
   """Turns per-window logits into answers, as Google's write_predictions does.
 
-  A candidate span starts and ends on context tokens of one window, ends no earlier than
+  A candidate span starts at one of the n_best_size highest start logits and ends at one
+  of the highest end logits among the context tokens of one window, ends no earlier than
   it starts, has at most max_answer_length tokens and starts on a token this window gives
   its most context. Its text is cut from the original context by character offsets.
 
@@ -511,12 +541,14 @@ def predict_answers(examples, features, start_logits, end_logits, n_best_size,
         score = float(starts[0] + ends[0])
         if null_score is None or score < null_score:
           null_score, null_start_logit, null_end_logit = score, float(starts[0]), float(ends[0])
-      for first in _top_indexes(starts, n_best_size):
-        if feature.token_starts[first] < 0 or not feature.token_is_max_context[first]:
+      # The n best starts and ends among the context tokens (Google's takes them among all
+      # positions, so [CLS] and question tokens could use up a small n_best_size).
+      in_context = np.asarray(feature.token_starts) >= 0
+      for first in _top_indexes(starts, n_best_size, in_context):
+        if not feature.token_is_max_context[first]:
           continue
-        for last in _top_indexes(ends, n_best_size):
-          if feature.token_starts[last] < 0 or last < first or \
-              last - first + 1 > max_answer_length:
+        for last in _top_indexes(ends, n_best_size, in_context):
+          if last < first or last - first + 1 > max_answer_length:
             continue
           candidates.append((float(starts[first] + ends[last]), float(starts[first]),
                              float(ends[last]), feature.token_starts[first],
@@ -543,7 +575,9 @@ def predict_answers(examples, features, start_logits, end_logits, n_best_size,
         collections.OrderedDict([("text", text), ("probability", float(probability)),
                                  ("start_logit", start_logit), ("end_logit", end_logit)])
         for (_, start_logit, end_logit, text), probability in zip(nbest, probabilities)]
-    best_non_null = next((entry for entry in nbest if entry[3]), None)
+    # From all candidates, not only the n best: with a small n_best_size the null entry
+    # could crowd out every span.
+    best_non_null = next((entry for entry in entries if entry[3]), None)
     if not version_2_with_negative:
       predictions[example.qas_id] = nbest[0][3]
       continue
@@ -604,13 +638,17 @@ def _is_cmrc_chinese(char):
 
 
 def _split_latin(text):
-  """Words of non-Chinese text: split on whitespace, other punctuation kept as its own
-  segment (what NLTK's word_tokenize, which CMRC 2018 uses, does in the common cases)."""
+  """Words of non-Chinese text: split on whitespace, punctuation kept as its own segment
+  except "." and "," inside a number (what NLTK's word_tokenize, which CMRC 2018 uses, does
+  in the common cases)."""
   segments = []
   for word in text.split():
     run = []
-    for char in word:
-      if unicodedata.category(char).startswith("P") or char in _ENGLISH_PUNCTUATION:
+    for index, char in enumerate(word):
+      inside_number = (char in ".," and 0 < index < len(word) - 1 and
+                       word[index - 1].isdigit() and word[index + 1].isdigit())
+      if not inside_number and (unicodedata.category(char).startswith("P") or
+                                char in _ENGLISH_PUNCTUATION):
         if run:
           segments.append("".join(run))
           run = []
@@ -724,7 +762,11 @@ def score_predictions(examples, predictions, scoring, null_odds=None, nbest=None
   exact_and_f1 = english_exact_and_f1 if scoring == "squad" else chinese_exact_and_f1
 
   def best_over_golds(example, text):
-    pairs = [exact_and_f1(text, gold) for gold in example.gold_answers]
+    golds = example.gold_answers
+    if scoring == "squad" and null_odds is not None:
+      # SQuAD 2.0's scorer ignores golds that normalize to nothing.
+      golds = [gold for gold in golds if normalize_english_answer(gold)] or [""]
+    pairs = [exact_and_f1(text, gold) for gold in golds]
     return max(p[0] for p in pairs), max(p[1] for p in pairs)
 
   scored = [e for e in examples if e.gold_answers]
@@ -859,67 +901,68 @@ def _write_json(path, value):
   atomic_write_text(path, json.dumps(value, ensure_ascii=False, indent=4) + "\n")
 
 
-def main(_):
-  bert_config = check_flags()
-  tokenizer = multigpu.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                      FLAGS.bert_config_file)
-  # Read and validate every input before anything is trained or written.
-  train_examples = predict_examples = None
-  if FLAGS.do_train:
-    train_examples, _ = read_squad_examples(FLAGS.train_file, True,
-                                                 FLAGS.version_2_with_negative)
-    if not train_examples:
-      raise UsageError("%s: no usable training question." % FLAGS.train_file)
-  if FLAGS.do_predict:
-    predict_examples, _ = read_squad_examples(FLAGS.predict_file, False,
-                                              FLAGS.version_2_with_negative)
-    if not predict_examples:
-      raise UsageError("%s: no question to predict." % FLAGS.predict_file)
-  tf.gfile.MakeDirs(FLAGS.output_dir)
-  plan = multigpu.plan_devices(FLAGS.n_gpus, FLAGS.towers_per_gpu, FLAGS.variables_on_gpu)
-  towers = plan.num_towers
-  model_fn = create_model_fn(bert_config)
-
-  if FLAGS.do_train:
-    train_record = os.path.join(FLAGS.output_dir, "train.tf_record")
-    num_features, _ = featurize(train_examples, tokenizer, train_record, is_training=True)
-    micro_batch = FLAGS.train_batch_size * towers
-    update_batch = micro_batch * FLAGS.accumulation_steps
-    # Google counts steps in questions, not windows.
-    num_train_steps = int(len(train_examples) * FLAGS.num_train_epochs / update_batch)
-    num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
-    if num_train_steps < 1:
-      raise UsageError("%d training questions x %g epochs is less than one global batch of "
-                       "%d: lower --train_batch_size or raise --num_train_epochs." %
-                       (len(train_examples), FLAGS.num_train_epochs, update_batch))
-    tf.logging.info(
-        "%d training questions in %d windows; %d towers x per-tower batch %d x %d "
-        "accumulation step(s) = global batch %d; %g epochs = %d steps, %d warmup steps.",
-        len(train_examples), num_features, towers, FLAGS.train_batch_size,
-        FLAGS.accumulation_steps, update_batch, FLAGS.num_train_epochs, num_train_steps,
-        num_warmup_steps)
-    spec = input_feature_spec(FLAGS.max_seq_length, is_training=True)
-    multigpu.train(
-        plan, model_fn,
-        lambda skip: multigpu.make_dataset([train_record], spec, micro_batch, True,
-                                           FLAGS.random_seed, min(num_features, 100000), skip),
-        FLAGS.output_dir, num_train_steps, num_warmup_steps, FLAGS.learning_rate, micro_batch,
-        FLAGS.optimizer, FLAGS.init_checkpoint, FLAGS.save_checkpoints_steps,
-        FLAGS.keep_checkpoint_max, FLAGS.log_steps, FLAGS.random_seed,
-        FLAGS.accumulation_steps)
-
-  if not FLAGS.do_predict:
-    return
+def checkpoint_for_prediction():
+  """The checkpoint to predict with, checked to hold the span head. Raises UsageError."""
   checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
   if not checkpoint:
     raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train first "
                      "(--do_train) or point --output_dir at a trained model." %
                      FLAGS.output_dir)
+  if not tf.train.load_checkpoint(checkpoint).has_tensor("cls/squad/output_weights"):
+    raise UsageError("%s has no cls/squad/output_weights: it is not a model fine-tuned for "
+                     "reading comprehension. Train one first (--do_train) or point "
+                     "--output_dir at one." % checkpoint)
+  return checkpoint
+
+
+def train(plan, model_fn, tokenizer, train_examples):
+  """Featurizes the training questions and trains (or resumes) on every tower."""
+  towers = plan.num_towers
+  micro_batch = FLAGS.train_batch_size * towers
+  update_batch = micro_batch * FLAGS.accumulation_steps
+  # Google counts steps in questions, not windows.
+  num_train_steps = int(len(train_examples) * FLAGS.num_train_epochs / update_batch)
+  num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+  if num_train_steps < 1:
+    raise UsageError("%d training questions x %g epochs is less than one global batch of "
+                     "%d: lower --train_batch_size or raise --num_train_epochs." %
+                     (len(train_examples), FLAGS.num_train_epochs, update_batch))
+  latest = tf.train.latest_checkpoint(FLAGS.output_dir)
+  if latest and multigpu.checkpoint_global_step(latest) >= num_train_steps:
+    tf.logging.info("%s is already at step %d of %d: nothing to train.", latest,
+                    multigpu.checkpoint_global_step(latest), num_train_steps)
+    return
+  train_record = os.path.join(FLAGS.output_dir, "train.tf_record")
+  num_features, _ = featurize(train_examples, tokenizer, train_record, is_training=True)
+  tf.logging.info(
+      "%d training questions in %d windows; %d towers x per-tower batch %d x %d "
+      "accumulation step(s) = global batch %d; %g epochs = %d steps, %d warmup steps.",
+      len(train_examples), num_features, towers, FLAGS.train_batch_size,
+      FLAGS.accumulation_steps, update_batch, FLAGS.num_train_epochs, num_train_steps,
+      num_warmup_steps)
+  spec = input_feature_spec(FLAGS.max_seq_length, is_training=True)
+  multigpu.train(
+      plan, model_fn,
+      lambda skip: multigpu.make_dataset([train_record], spec, micro_batch, True,
+                                         FLAGS.random_seed, min(num_features, 100000), skip),
+      FLAGS.output_dir, num_train_steps, num_warmup_steps, FLAGS.learning_rate, micro_batch,
+      FLAGS.optimizer, FLAGS.init_checkpoint, FLAGS.save_checkpoints_steps,
+      FLAGS.keep_checkpoint_max, FLAGS.log_steps, FLAGS.random_seed, FLAGS.accumulation_steps)
+
+
+def predict(plan, model_fn, tokenizer, predict_examples, checkpoint):
+  """Predicts every question on every tower; writes the prediction files and, when the
+  file has answers, eval_results.txt. Files of an earlier run that this one would not
+  write (eval_results.txt, null_odds.json) are removed first, so none is left stale."""
+  for name in ("eval_results.txt", "null_odds.json"):
+    path = os.path.join(FLAGS.output_dir, name)
+    if tf.gfile.Exists(path):
+      tf.gfile.Remove(path)
   predict_record = os.path.join(FLAGS.output_dir, "predict.tf_record")
   _, features = featurize(predict_examples, tokenizer, predict_record, is_training=False)
   tf.logging.info("Predicting %d questions in %d windows with %s.", len(predict_examples),
                   len(features), checkpoint)
-  predict_batch = FLAGS.predict_batch_size * towers
+  predict_batch = FLAGS.predict_batch_size * plan.num_towers
   spec = input_feature_spec(FLAGS.max_seq_length, is_training=False)
   outputs = multigpu.infer(
       plan, model_fn,
@@ -938,8 +981,13 @@ def main(_):
     _write_json(os.path.join(FLAGS.output_dir, "null_odds.json"), null_odds)
   tf.logging.info("Wrote %d predictions to %s", len(predictions),
                   os.path.join(FLAGS.output_dir, "predictions.json"))
-  if not any(e.gold_answers for e in predict_examples):
+  unscored = sum(1 for e in predict_examples if not e.gold_answers)
+  if unscored == len(predict_examples):
+    tf.logging.info("%s has no answers: not scored.", FLAGS.predict_file)
     return
+  if unscored:
+    tf.logging.warning("%d of %d questions have no answers and are not scored.", unscored,
+                       len(predict_examples))
   scoring = FLAGS.scoring if FLAGS.scoring != "auto" else choose_scoring(predict_examples)
   results = score_predictions(predict_examples, predictions, scoring,
                               null_odds if FLAGS.version_2_with_negative else None, nbest)
@@ -948,6 +996,32 @@ def main(_):
   atomic_write_text(path, multigpu.format_key_values(results))
   tf.logging.info("%s scoring of %d questions: exact_match = %.2f  f1 = %.2f  (%s)", scoring,
                   results["total"], results["exact_match"], results["f1"], path)
+
+
+def main(_):
+  bert_config = check_flags()
+  tokenizer = multigpu.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                                      FLAGS.bert_config_file)
+  # Read and validate every input before anything is trained or written.
+  if FLAGS.do_train:
+    train_examples, _ = read_squad_examples(FLAGS.train_file, True,
+                                            FLAGS.version_2_with_negative)
+    if not train_examples:
+      raise UsageError("%s: no usable training question." % FLAGS.train_file)
+  if FLAGS.do_predict:
+    predict_examples, _ = read_squad_examples(FLAGS.predict_file, False,
+                                              FLAGS.version_2_with_negative)
+    if not predict_examples:
+      raise UsageError("%s: no question to predict." % FLAGS.predict_file)
+    if not FLAGS.do_train:
+      checkpoint_for_prediction()
+  tf.gfile.MakeDirs(FLAGS.output_dir)
+  plan = multigpu.plan_devices(FLAGS.n_gpus, FLAGS.towers_per_gpu, FLAGS.variables_on_gpu)
+  model_fn = create_model_fn(bert_config)
+  if FLAGS.do_train:
+    train(plan, model_fn, tokenizer, train_examples)
+  if FLAGS.do_predict:
+    predict(plan, model_fn, tokenizer, predict_examples, checkpoint_for_prediction())
 
 
 if __name__ == "__main__":

@@ -420,6 +420,20 @@ def parse_args(argv):
   return parser.parse_args(argv)
 
 
+def make_output_dir(output_dir, script_name):
+  """Creates output_dir if needed; on failure says why on stderr and returns False."""
+  if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+    sys.stderr.write("%s: --output_dir %s exists and is not a directory; pass a directory "
+                     "path.\n" % (script_name, output_dir))
+    return False
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+  except OSError as e:
+    sys.stderr.write("%s: cannot create --output_dir %s: %s\n" % (script_name, output_dir, e))
+    return False
+  return True
+
+
 def write_model_files(output_dir, vocab, config):
   """Writes vocab.txt and bert_config.json for a generated data set, and says so."""
   path = os.path.join(output_dir, "vocab.txt")
@@ -435,14 +449,7 @@ def main(argv=None):
   """Writes the demo files. Returns 0 on success, 1 on a bad --output_dir."""
   args = parse_args(argv)
   output_dir = args.output_dir
-  if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-    sys.stderr.write("make_demo_data.py: --output_dir %s exists and is not a directory; "
-                     "pass a directory path.\n" % output_dir)
-    return 1
-  try:
-    os.makedirs(output_dir, exist_ok=True)
-  except OSError as e:
-    sys.stderr.write("make_demo_data.py: cannot create --output_dir %s: %s\n" % (output_dir, e))
+  if not make_output_dir(output_dir, "make_demo_data.py"):
     return 1
 
   splits = make_splits(args.seed)

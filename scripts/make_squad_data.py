@@ -368,14 +368,7 @@ def main(argv=None):
                        (name, getattr(args, name)))
       return 1
   output_dir = args.output_dir
-  if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-    sys.stderr.write("make_squad_data.py: --output_dir %s exists and is not a directory; "
-                     "pass a directory path.\n" % output_dir)
-    return 1
-  try:
-    os.makedirs(output_dir, exist_ok=True)
-  except OSError as e:
-    sys.stderr.write("make_squad_data.py: cannot create --output_dir %s: %s\n" % (output_dir, e))
+  if not make_demo_data.make_output_dir(output_dir, "make_squad_data.py"):
     return 1
 
   language = LANGUAGES[args.language]

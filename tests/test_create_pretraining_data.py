@@ -424,6 +424,25 @@ def test_script_writes_round_robin(tmp_path):
   assert "instances: %d" % sum(counts) in result.stderr
 
 
+def trace_instances(examples, streams):
+  """Checks each instance's format and traces its segments back to documents.
+
+  Returns:
+    list of (next_sentence_label, documents segment A can come from, those of B); an
+    actual next sentence (label 0) shares a document with its segment A.
+  """
+  traced = []
+  for example in examples:
+    _, tokens_a, tokens_b, _, _, label = check_instance(decode(example))
+    documents_a = contiguous_in(tokens_a, streams)
+    documents_b = contiguous_in(tokens_b, streams)
+    assert documents_a and documents_b
+    if label == 0:
+      assert set(documents_a) & set(documents_b)
+    traced.append((label, documents_a, documents_b))
+  return traced
+
+
 def test_worker_processes_are_deterministic_and_keep_the_format(tmp_path):
   text, documents = make_chinese_corpus(seed=7, num_documents=20)
   first, stats = run_cpd(tmp_path, text, name="w2a", num_workers=2, do_whole_word_mask=True)
@@ -438,17 +457,8 @@ def test_worker_processes_are_deterministic_and_keep_the_format(tmp_path):
   examples = read_records(first[0])
   assert len(examples) == stats.instances > 0
   assert stats.documents_without_instances == 0
-  streams = document_streams(documents, chinese_ids)
-  labels_seen = set()
-  for example in examples:
-    _, tokens_a, tokens_b, _, _, label = check_instance(decode(example))
-    labels_seen.add(label)
-    documents_a = contiguous_in(tokens_a, streams)
-    documents_b = contiguous_in(tokens_b, streams)
-    assert documents_a and documents_b
-    if label == 0:
-      assert set(documents_a) & set(documents_b)
-  assert labels_seen == set([0, 1])
+  traced = trace_instances(examples, document_streams(documents, chinese_ids))
+  assert set(label for label, _, _ in traced) == set([0, 1])
   # Whole words survive the trip to the worker processes.
   partial, full = split_groups(first[0], chinese_groups)
   assert partial == 0 and full > 10
@@ -518,20 +528,14 @@ def test_chunks_keep_the_format_and_next_sentences_within_a_chunk(tmp_path, num_
   assert stats.chunks == 5
   assert stats.documents == len(documents)
   assert stats.documents_without_instances == 0
-  streams = document_streams(documents, english_ids)
   examples = read_records(outputs[0])
   assert len(examples) == stats.instances > 0
   named = set()
   random_next_checked = 0
   labels_seen = set()
-  for example in examples:
-    _, tokens_a, tokens_b, _, _, label = check_instance(decode(example))
+  for label, documents_a, documents_b in trace_instances(
+      examples, document_streams(documents, english_ids)):
     labels_seen.add(label)
-    documents_a = contiguous_in(tokens_a, streams)
-    documents_b = contiguous_in(tokens_b, streams)
-    assert documents_a and documents_b
-    if label == 0:
-      assert set(documents_a) & set(documents_b)
     if len(documents_a) == 1:
       named.add(documents_a[0])
       if label == 1 and len(documents_b) == 1:

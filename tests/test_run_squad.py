@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import shutil
 import string
 import subprocess
 import sys
@@ -669,3 +670,37 @@ def test_bad_input_gets_a_one_line_error(bad_input_runs, case_id):
     assert expected in error_lines[0], (expected, error_lines[0])
   output_dir = [a for a in case.args if a.startswith("--output_dir=")][0].split("=", 1)[1]
   assert not os.path.exists(output_dir)
+
+
+def test_a_later_run_leaves_no_stale_score_or_null_odds(en_runs, tmp_path):
+  # The untrained v2 run wrote eval_results.txt and null_odds.json; predicting a v1 file
+  # without answers into the same directory must not leave them looking current.
+  run = en_runs["untrained"]
+  output_dir = str(tmp_path / "out")
+  shutil.copytree(run.output_dir, output_dir)
+  assert os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+  assert os.path.exists(os.path.join(output_dir, "null_odds.json"))
+  dataset = read_json(run.data.dev_file)
+  for article in dataset["data"]:
+    for paragraph in article["paragraphs"]:
+      paragraph["qas"] = [{"id": qa["id"], "question": qa["question"]}
+                          for qa in paragraph["qas"]]
+  unanswered = str(tmp_path / "dev-no-answers.json")
+  write_json(unanswered, dataset)
+  checkpoint = os.path.join(os.path.dirname(run.output_dir), "init", "model.ckpt")
+  result = run_squad(predict_flags(run.data, output_dir, checkpoint, unanswered,
+                                   version_2=False))
+  assert_succeeded(result)
+  assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+  assert not os.path.exists(os.path.join(output_dir, "null_odds.json"))
+  predictions = read_json(os.path.join(output_dir, "predictions.json"))
+  assert sorted(predictions) == sorted(run.questions)
+  # Written with the umask's permissions, readable by others as TF's own files are.
+  mode = os.stat(os.path.join(output_dir, "predictions.json")).st_mode & 0o777
+  assert mode == 0o666 & ~current_umask(), oct(mode)
+
+
+def current_umask():
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask

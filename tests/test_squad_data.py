@@ -484,12 +484,15 @@ def test_predict_excludes_question_special_and_padding_tokens():
   assert u"" not in [entry["text"] for entry in nbest[u"h"]]
 
 
-def test_predict_only_looks_at_the_top_n_logits():
-  # With n_best_size=2 the top starts are 1 and 4 (hello); ends 2 and 6 (world).
+def test_predict_only_looks_at_the_top_n_logits_of_context_tokens():
+  # Question tokens (1, 2) do not use up n_best_size=1: the top context start is 4
+  # (hello), the top context end 6 (world); "big" (5) is never a start or an end.
   starts, ends = {1: 9.0, 4: 3.0, 5: 2.0}, {2: 9.0, 6: 3.0, 5: 2.5}
-  predictions, nbest, _ = predict_one(starts, ends, n_best_size=2)
+  predictions, nbest, _ = predict_one(starts, ends, n_best_size=1)
   assert predictions == {u"h": u"Hello big world"}
   assert [entry["text"] for entry in nbest[u"h"]] == [u"Hello big world"]
+  _, nbest, _ = predict_one(starts, ends, n_best_size=2)
+  assert [entry["text"] for entry in nbest[u"h"]] == [u"Hello big world", u"Hello big"]
 
 
 def test_predicted_text_is_cut_from_the_original_context():
@@ -623,8 +626,10 @@ def reference_predictions(examples, features, start_logits, end_logits, n_best_s
       if feature.example_index != example_index:
         continue
       starts, ends = list(start_logits[index]), list(end_logits[index])
-      top_starts = sorted(range(len(starts)), key=lambda i: starts[i], reverse=True)
-      top_ends = sorted(range(len(ends)), key=lambda i: ends[i], reverse=True)
+      # The top n among context tokens (Google's takes them among all positions).
+      context = [i for i in range(len(starts)) if feature.token_starts[i] >= 0]
+      top_starts = sorted(context, key=lambda i: starts[i], reverse=True)
+      top_ends = sorted(context, key=lambda i: ends[i], reverse=True)
       if version_2 and (null is None or starts[0] + ends[0] < null[0]):
         null = (starts[0] + ends[0], starts[0], ends[0], u"")
       for first in top_starts[:n_best_size]:
@@ -1037,3 +1042,71 @@ def test_all_tricky_contexts_together(tmp_path, tokenizer):
   assert counts["windows_without_answer"] == total_without > 0
   assert [f.unique_id for f in features] == list(
       range(squad.FIRST_UNIQUE_ID, squad.FIRST_UNIQUE_ID + len(features)))
+
+
+# ---------------------------------------------------------------------------
+# Review fixes
+# ---------------------------------------------------------------------------
+
+def test_v2_null_odds_use_the_best_span_even_outside_a_small_nbest():
+  # With n_best_size=1 the null entry (score 2) tops the n-best; null_odds must still
+  # compare it with the best span ("world", 2.5), not fall back to a made-up value.
+  starts, ends = {0: 1.0, 6: 1.5, 4: 0.5}, {0: 1.0, 6: 1.0}
+  starts[0], ends[0] = 2.0, 1.0  # null score 3 > 2.5
+  predictions, nbest, null_odds = predict_one(starts, ends, n_best_size=1, version_2=True)
+  assert null_odds == {u"h": pytest.approx(3.0 - 2.5)}
+  assert predictions == {u"h": u""}
+  predictions, _, _ = predict_one(starts, ends, n_best_size=1, version_2=True, threshold=0.6)
+  assert predictions == {u"h": u"world"}
+
+
+@pytest.mark.parametrize("value", ["false", "true", 2, None])
+def test_is_impossible_must_be_a_json_boolean(tmp_path, value):
+  path = write_squad(tmp_path, [(u"北京。", [qa(u"q1", u"北京。", u"北京")])])
+  with open(path, encoding="utf-8") as f:
+    data = json.load(f)
+  data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = value
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(data, f)
+  with pytest.raises(multigpu.UsageError, match=r"qas\[0\]\.is_impossible is"):
+    squad.read_squad_examples(path, True, True)
+
+
+def test_questions_without_an_answers_key_are_not_scored(tmp_path):
+  path = write_squad(tmp_path, [(u"北京。", [qa(u"q1", u"北京。", u"北京"),
+                                            (u"q2", u"哪里？", [], True)])], version="2.0")
+  with open(path, encoding="utf-8") as f:
+    data = json.load(f)
+  for question in data["data"][0]["paragraphs"][0]["qas"]:
+    del question["answers"]
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(data, f)
+  examples, _ = squad.read_squad_examples(path, False, True)
+  # No gold at all, not [""] for the unanswerable one: nothing to score against.
+  assert [e.gold_answers for e in examples] == [None, None]
+  assert [e.is_impossible for e in examples] == [False, True]
+
+
+def test_cmrc_numbers_keep_their_decimal_point_and_thousands_comma():
+  assert squad.chinese_segments(u"3.5亿元") == [u"3.5", u"亿", u"元"]
+  assert squad.chinese_segments(u"1,000人") == [u"1,000", u"人"]
+  assert squad.chinese_exact_and_f1(u"3.5", u"3.5亿") == (0.0, pytest.approx(2.0 / 3.0))
+  assert squad.chinese_segments(u"end.") == [u"end", u"."]
+
+
+def test_v2_golds_that_normalize_to_nothing_are_ignored():
+  example = squad.SquadExample(u"q", u"?", u"the cat", gold_answers=[u"the", u"cat"])
+  results = squad.score_predictions([example], {u"q": u""}, "squad", {u"q": 0.0},
+                                    {u"q": [{"text": u""}]})
+  assert results["exact_match"] == 0.0  # "" no longer matches the gold "the"
+  results = squad.score_predictions([example], {u"q": u"cat"}, "squad", {u"q": 0.0},
+                                    {u"q": [{"text": u"cat"}]})
+  assert results["exact_match"] == 100.0
+
+
+def test_max_context_flags_match_with_and_without_precomputed_best_windows():
+  windows = squad.doc_windows(50, 12, 5)
+  best = squad.best_context_windows(windows, 50)
+  for index in range(len(windows)):
+    assert squad.max_context_flags(windows, index, best) == \
+        squad.max_context_flags(windows, index)
