@@ -37,6 +37,7 @@ import os
 import re
 import tempfile
 import time
+import unicodedata
 
 import numpy as np
 import tensorflow.compat.v1 as tf
@@ -1315,23 +1316,41 @@ def classification_metrics(outputs, label_list):
   return metrics, report
 
 
+def display_width(text):
+  """Columns `text` takes in a terminal: wide (CJK) characters take two, marks none."""
+  width = 0
+  for char in text:
+    if unicodedata.combining(char):
+      continue
+    width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+  return width
+
+
+def _pad(text, width, right=False):
+  """`text` padded with spaces to `width` display columns (Chinese labels line up)."""
+  padding = " " * max(0, width - display_width(text))
+  return padding + text if right else text + padding
+
+
 def format_eval_report(metrics, report):
   """A plain-text report for a person: per-class figures and the confusion matrix."""
   labels = report["labels"]
-  width = max([len(label) for label in labels] + [8])
+  width = max([display_width(label) for label in labels] + [8])
   lines = ["examples: %d   accuracy: %.4f   macro-F1: %.4f   loss: %.4f" % (
       report["num_examples"], metrics["eval_accuracy"], metrics["macro_f1"],
       metrics["eval_loss"]), ""]
-  lines.append("%-*s  %9s  %9s  %9s  %7s" % (width, "label", "precision", "recall", "f1",
-                                             "support"))
+  lines.append("%s  %9s  %9s  %9s  %7s" % (_pad("label", width), "precision", "recall", "f1",
+                                           "support"))
   for label in labels:
     row = report["per_class"][label]
-    lines.append("%-*s  %9.4f  %9.4f  %9.4f  %7d" % (
-        width, label, row["precision"], row["recall"], row["f1"], row["support"]))
+    lines.append("%s  %9.4f  %9.4f  %9.4f  %7d" % (
+        _pad(label, width), row["precision"], row["recall"], row["f1"], row["support"]))
   lines += ["", "confusion matrix (rows: gold, columns: predicted)"]
-  lines.append("%-*s  %s" % (width, "", "  ".join("%*s" % (width, l) for l in labels)))
+  lines.append("%s  %s" % (_pad("", width), "  ".join(_pad(l, width, right=True)
+                                                       for l in labels)))
   for label, row in zip(labels, report["confusion_matrix"]):
-    lines.append("%-*s  %s" % (width, label, "  ".join("%*d" % (width, c) for c in row)))
+    lines.append("%s  %s" % (_pad(label, width), "  ".join(
+        _pad(str(count), width, right=True) for count in row)))
   return "\n".join(lines) + "\n"
 
 

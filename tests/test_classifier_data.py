@@ -7,6 +7,7 @@ Expected values are written out by hand from the data files the tests create.
 
 import json
 import os
+import unicodedata
 
 import numpy as np
 import pytest
@@ -700,3 +701,30 @@ def test_cache_hit_does_not_read_the_examples(tmp_path, monkeypatch):
   path, count = rc.cached_features("train", files, fail, ["a", "b"], 8, fixture.vocab_file,
                                    True, "tsv", fixture.output_dir)
   assert count == 2
+
+
+def test_eval_report_columns_line_up_with_chinese_labels():
+  labels = [u"体育", u"财经新闻", u"sports"]
+  matrix = [[3, 0, 1], [0, 2, 0], [1, 0, 4]]
+  report = {"labels": labels, "num_examples": 11, "confusion_matrix": matrix,
+            "per_class": dict((label, {"precision": 0.5, "recall": 0.5, "f1": 0.5,
+                                       "support": 4}) for label in labels)}
+  metrics = {"eval_accuracy": 0.8, "macro_f1": 0.7, "eval_loss": 0.3}
+  text = rc.format_eval_report(metrics, report)
+  lines = text.splitlines()
+  table = lines[2:6]
+  matrix_lines = lines[-4:]
+
+  def columns(line):  # display width up to each cell's end: the same for every row
+    ends, width = [], 0
+    for index, char in enumerate(line):
+      width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+      if char != " " and (index + 1 == len(line) or line[index + 1] == " "):
+        ends.append(width)
+    return ends
+
+  # Labels are left-aligned; every column after them must end at the same place.
+  for block in (table, matrix_lines[1:]):
+    assert len(set(tuple(columns(line)[1:]) for line in block)) == 1, block
+  # The header of the matrix ends each label where the counts below it end.
+  assert columns(matrix_lines[0]) == columns(matrix_lines[1])[1:]
