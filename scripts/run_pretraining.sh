@@ -6,7 +6,9 @@
 #   DATA_DIR=/data/pretrain_records OUTPUT_DIR=/data/pretrain_out GPUS=0,1,2,3 \
 #   bash scripts/run_pretraining.sh
 # CORPUS: comma-separated globs of UTF-8 text, one sentence per line, a blank line between
-# documents. Extra arguments go to run_pretraining_mgpu.py (e.g. --num_train_steps=20000).
+# documents. WHOLE_WORD_MASK=jieba masks whole Chinese words of raw text as jieba cuts them
+# (pip install jieba); WHOLE_WORD_MASK=spaces, words of pre-segmented text (separated by
+# spaces). Extra arguments go to run_pretraining_mgpu.py (e.g. --num_train_steps=20000).
 # Run it again with the same OUTPUT_DIR to resume where it stopped.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,6 +20,14 @@ GPUS=${GPUS:-0,1}
 MAX_SEQ_LENGTH=${MAX_SEQ_LENGTH:-128}
 MAX_PREDICTIONS=${MAX_PREDICTIONS:-20}
 PYTHON=${PYTHON:-python}
+WHOLE_WORD_MASK=${WHOLE_WORD_MASK:-}
+
+case "$WHOLE_WORD_MASK" in
+  "") masking=() ;;
+  spaces) masking=(--do_whole_word_mask=true) ;;
+  jieba) masking=(--do_whole_word_mask=true --chinese_segmenter=jieba) ;;
+  *) echo "WHOLE_WORD_MASK=$WHOLE_WORD_MASK: use jieba, spaces or leave it empty." >&2; exit 1 ;;
+esac
 
 # 1. The TFRecords (skipped when they already exist; delete DATA_DIR to re-create them).
 record_file="$DATA_DIR/pretrain_data.tfrecord"
@@ -31,7 +41,8 @@ if [ ! -s "$record_file" ]; then
     --max_seq_length="$MAX_SEQ_LENGTH" \
     --max_predictions_per_seq="$MAX_PREDICTIONS" \
     --masked_lm_prob=0.15 \
-    --dupe_factor=5
+    --dupe_factor=5 \
+    ${masking[@]+"${masking[@]}"}
 fi
 
 # 2. Pre-training. One tower per listed GPU; --train_batch_size is per tower, so the global
