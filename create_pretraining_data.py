@@ -68,6 +68,7 @@ import multiprocessing
 import os
 import random
 import re
+import signal
 import time
 
 import tensorflow.compat.v1 as tf
@@ -296,6 +297,24 @@ def tokenize_document(tokenizer, lines, do_whole_word_mask, segment=None):
   return sentences
 
 
+# A document this long most likely means the input lacks blank lines between documents.
+LONG_DOCUMENT_LINES = 100000
+
+# A file whose lines are not UTF-8 this often is in another encoding (GBK, UTF-16, ...):
+# skipping its lines would silently drop much of the corpus.
+MAX_BAD_LINE_SHARE = 0.05
+MIN_BAD_LINES_FOR_ERROR = 10
+
+
+def _check_encoding(input_file, line_number, bad_lines):
+  """Raises UsageError when too many of a file's lines so far were not UTF-8."""
+  if bad_lines >= MIN_BAD_LINES_FOR_ERROR and bad_lines > MAX_BAD_LINE_SHARE * line_number:
+    raise UsageError(
+        "%s: %d of its first %d lines are not valid UTF-8: the file is in another encoding "
+        "(for Chinese text often GBK). Convert it to UTF-8, e.g. iconv -f gbk -t utf-8 %s > "
+        "out.txt." % (input_file, bad_lines, line_number, input_file))
+
+
 def read_raw_documents(input_files, stats, progress=None):
   """Yields the documents of the input files one at a time, as text lines.
 
@@ -315,11 +334,16 @@ def read_raw_documents(input_files, stats, progress=None):
     lines = []
     with tf.gfile.GFile(input_file, "rb") as reader:
       line_number = 0
+      bad_lines = 0
       while True:
         raw_line = reader.readline()
         if not raw_line:
           break
         line_number += 1
+        if line_number == 1 and raw_line[:2] in (b"\xff\xfe", b"\xfe\xff"):
+          raise UsageError("%s is UTF-16 (it starts with a UTF-16 byte order mark); the input "
+                           "must be UTF-8. Convert it, e.g. iconv -f utf-16 -t utf-8." %
+                           input_file)
         if progress is not None:
           progress.bytes_read += len(raw_line)
           progress.maybe_log()
@@ -327,11 +351,20 @@ def read_raw_documents(input_files, stats, progress=None):
           line = raw_line.decode("utf-8").strip()
         except UnicodeDecodeError:
           stats.skipped_lines += 1
+          bad_lines += 1
           if stats.first_skipped_line is None:
             stats.first_skipped_line = "%s:%d" % (input_file, line_number)
+            tf.logging.warning("%s line %d is not valid UTF-8: skipped (and counted).",
+                               input_file, line_number)
+          _check_encoding(input_file, line_number, bad_lines)
           continue
         if line:
           lines.append(line)
+          if len(lines) == LONG_DOCUMENT_LINES:
+            tf.logging.warning(
+                "%s: a document reaches line %d without a blank line. Documents must be "
+                "separated by blank lines: random next sentences come from other documents, "
+                "and a document is held in memory whole.", input_file, line_number)
         elif lines:
           if progress is not None:
             progress.documents_read += 1
@@ -677,10 +710,10 @@ class ProgressLog(object):
     elapsed = max(now - self._start, 1e-9)
     eta = self.eta_seconds(now)
     eta_text = "unknown" if eta is None else str(datetime.timedelta(seconds=int(round(eta))))
-    share = 100.0 * self.bytes_read / self.total_bytes if self.total_bytes else 100.0
-    return ("Progress: read %s of %s (%.1f%%), %d documents; %d instances written "
+    share = 100.0 * self.bytes_done / self.total_bytes if self.total_bytes else 100.0
+    return ("Progress: %.1f%% done; read %s of %s, %d documents; %d instances written "
             "(%.1f/s); elapsed %s, ETA %s" % (
-                _format_bytes(self.bytes_read), _format_bytes(self.total_bytes), share,
+                share, _format_bytes(self.bytes_read), _format_bytes(self.total_bytes),
                 self.documents_read, self.instances_written, self.instances_written / elapsed,
                 datetime.timedelta(seconds=int(round(elapsed))), eta_text))
 
@@ -700,12 +733,25 @@ InstanceSettings = collections.namedtuple("InstanceSettings", [
 _WORKER_STATE = {}
 
 
+def _die_with_parent():
+  """Asks Linux to end this worker when its parent dies (e.g. killed by the OOM killer), so
+  no orphan keeps the cores busy. Elsewhere a no-op."""
+  try:
+    import ctypes  # pylint: disable=g-import-not-at-top
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+  except (ImportError, OSError):
+    return
+  pr_set_pdeathsig = 1
+  libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
 def _init_worker(state):
   """Pool initializer: keeps `state` (documents, tokenizer, settings, counters).
 
   Where fork exists the state is inherited, not pickled; jieba, loaded by the
   parent, comes along. Elsewhere the segmenter is loaded here.
   """
+  _die_with_parent()
   _WORKER_STATE.clear()
   _WORKER_STATE.update(state)
   _WORKER_STATE["segment"] = load_chinese_segmenter(state["settings"].chinese_segmenter)
@@ -949,9 +995,10 @@ def check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_
   if num_workers < 0:
     raise UsageError("--num_workers=%d: give 0 (one per CPU core) or a positive number."
                      % num_workers)
-  if docs_per_chunk < 0:
-    raise UsageError("--docs_per_chunk=%d: give a positive number of documents, or 0 to "
-                     "hold the whole corpus in memory." % docs_per_chunk)
+  if docs_per_chunk < 0 or docs_per_chunk == 1:
+    raise UsageError("--docs_per_chunk=%d: give 2 or more documents (random next sentences "
+                     "come from the other documents of a chunk), or 0 to hold the whole "
+                     "corpus in memory." % docs_per_chunk)
   if chinese_segmenter and not do_whole_word_mask:
     raise UsageError("--chinese_segmenter=%s only changes whole-word masking: add "
                      "--do_whole_word_mask, or drop --chinese_segmenter." % chinese_segmenter)
@@ -1003,6 +1050,14 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
   if not output_files:
     raise UsageError("--output_file is empty: give one or more TFRecord paths "
                      "(comma-separated).")
+  seen_outputs = set()
+  for path in output_files:
+    if os.path.abspath(path) in seen_outputs:
+      raise UsageError("--output_file names %s twice: give each output file once." % path)
+    seen_outputs.add(os.path.abspath(path))
+    if tf.gfile.IsDirectory(path):
+      raise UsageError("--output_file=%s is a directory: give file paths, e.g. %s" %
+                       (path, os.path.join(path, "pretrain_data.tfrecord")))
   for path in output_files:
     directory = os.path.dirname(path)
     if directory and not tf.gfile.IsDirectory(directory):

@@ -669,7 +669,7 @@ def test_bad_chunk_size_is_an_error(tmp_path):
 # ---------------------------------------------------------------------------
 
 PROGRESS_RE = re.compile(
-    r"Progress: read [\d.]+ [KMG]B of [\d.]+ [KMG]B \(([\d.]+)%\), (\d+) documents; (\d+) "
+    r"Progress: ([\d.]+)% done; read [\d.]+ [KMG]B of [\d.]+ [KMG]B, (\d+) documents; (\d+) "
     r"instances written \([\d.]+/s\); elapsed \d+:\d\d:\d\d, ETA (\d+:\d\d:\d\d|unknown)")
 
 
@@ -695,8 +695,8 @@ def test_progress_log_eta_and_rate_limit():
   progress.maybe_log()
   assert len(lines) == 2
   # 10 s for a quarter of the bytes: 30 s to go; 30 instances in 10 s.
-  assert lines[1] == ("Progress: read 800.0 KB of 2.0 MB (40.0%), 40 documents; 30 instances "
-                      "written (3.0/s); elapsed 0:00:10, ETA 0:00:30")
+  assert lines[1] == ("Progress: 25.0% done; read 800.0 KB of 2.0 MB, 40 documents; 30 "
+                      "instances written (3.0/s); elapsed 0:00:10, ETA 0:00:30")
 
 
 class ListHandler(logging.Handler):
@@ -725,7 +725,7 @@ def test_progress_lines_appear_with_an_eta(tmp_path):
   matches = [PROGRESS_RE.search(message) for message in handler.messages]
   matches = [match for match in matches if match]
   assert len(matches) > 10
-  # An ETA is given while the input is still being read.
+  # An ETA is given while the work is under way.
   assert [match for match in matches
           if match.group(4) != "unknown" and float(match.group(1)) < 100.0]
   last = matches[-1]
@@ -733,7 +733,7 @@ def test_progress_lines_appear_with_an_eta(tmp_path):
   assert int(last.group(2)) == stats.documents == 12
   assert int(last.group(3)) == stats.instances
   assert last.group(4) == "0:00:00"
-  # Shares read never go down.
+  # Shares done never go down.
   shares = [float(match.group(1)) for match in matches]
   assert shares == sorted(shares)
 
@@ -919,3 +919,77 @@ def test_script_without_jieba_is_one_line_error(tmp_path):
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
   assert_one_line_error(result, "--chinese_segmenter=jieba", "pip install jieba")
   assert not os.path.exists(str(tmp_path / "o"))
+
+
+# ---------------------------------------------------------------------------
+# Review fixes: encodings, output paths, chunk size
+# ---------------------------------------------------------------------------
+
+def cpd_on_file(tmp_path, input_path, output=None, **kwargs):
+  settings = dict(max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS,
+                  dupe_factor=1)
+  settings.update(kwargs)
+  return cpd.create_pretraining_data(input_path, output or str(tmp_path / "o.tfrecord"),
+                                     write_vocab(tmp_path), **settings)
+
+
+def test_a_gbk_corpus_is_an_error_not_a_silently_thinned_corpus(tmp_path):
+  text, _ = make_chinese_corpus(seed=3, num_documents=40)
+  english, _ = make_english_corpus(seed=3, num_documents=40)
+  # English lines survive in any encoding; the Chinese ones are not UTF-8 in GBK.
+  mixed = "\n\n".join(a + "\n" + b for a, b in zip(text.split("\n\n"), english.split("\n\n")))
+  path = tmp_path / "gbk.txt"
+  with open(str(path), "wb") as f:
+    f.write(mixed.encode("gbk"))
+  output = tmp_path / "o.tfrecord"
+  with pytest.raises(UsageError, match=r"gbk\.txt: \d+ of its first \d+ lines are not valid "
+                                       r"UTF-8.*iconv -f gbk -t utf-8"):
+    cpd_on_file(tmp_path, str(path), str(output))
+  assert not output.exists()
+
+
+def test_a_utf16_corpus_is_an_error(tmp_path):
+  path = tmp_path / "utf16.txt"
+  with open(str(path), "wb") as f:
+    f.write(u"the cat sat .\n\nthe dog ran .\n".encode("utf-16"))
+  with pytest.raises(UsageError, match=r"utf16\.txt is UTF-16"):
+    cpd_on_file(tmp_path, str(path))
+
+
+def test_bad_output_paths_fail_before_any_work(tmp_path):
+  text, _ = make_english_corpus(seed=4, num_documents=5)
+  corpus = write_text(tmp_path / "c.txt", text)
+  twice = "%s,%s" % (tmp_path / "d.tfrecord", tmp_path / "d.tfrecord")
+  with pytest.raises(UsageError, match="names .*d.tfrecord twice"):
+    cpd_on_file(tmp_path, corpus, twice)
+  assert not (tmp_path / "d.tfrecord").exists()
+  (tmp_path / "adir").mkdir()
+  with pytest.raises(UsageError, match="is a directory"):
+    cpd_on_file(tmp_path, corpus, str(tmp_path / "adir"))
+
+
+def test_chunks_of_one_document_are_refused(tmp_path):
+  text, _ = make_english_corpus(seed=5, num_documents=5)
+  with pytest.raises(UsageError, match="docs_per_chunk=1: give 2 or more"):
+    cpd_on_file(tmp_path, write_text(tmp_path / "c.txt", text), docs_per_chunk=1)
+
+
+def test_progress_percentage_is_the_share_done_not_read():
+  lines = []
+  progress = cpd.ProgressLog(10000, interval_seconds=0.0, clock=lambda: 10.0,
+                             log_function=lambda fmt, *args: lines.append(fmt % args))
+  progress.bytes_read, progress.bytes_done = 8000, 2000.0
+  progress.maybe_log()
+  assert lines[-1].startswith("Progress: 20.0% done; read 8.0 KB of 10.0 KB,"), lines[-1]
+
+
+def test_a_document_without_blank_lines_for_too_long_is_warned_about(tmp_path, monkeypatch):
+  monkeypatch.setattr(cpd, "LONG_DOCUMENT_LINES", 6)
+  handler = ListHandler()
+  tf.get_logger().addHandler(handler)
+  try:
+    text, _ = make_english_corpus(seed=15, num_documents=8)
+    run_cpd(tmp_path, text.replace("\n\n", "\n"), dupe_factor=1)  # one long document
+  finally:
+    tf.get_logger().removeHandler(handler)
+  assert [m for m in handler.messages if "without a blank line" in m and "line 6" in m]
