@@ -558,10 +558,6 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
   return instances
 
 
-def _int64_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def _float_feature(values):
   return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
@@ -588,14 +584,14 @@ def instance_to_example(instance, tokenizer, max_seq_length, max_predictions_per
   assert num_masked <= max_predictions_per_seq
   prediction_pad = [0] * (max_predictions_per_seq - num_masked)
   features = collections.OrderedDict()
-  features["input_ids"] = _int64_feature(input_ids + pad)
-  features["input_mask"] = _int64_feature([1] * num_tokens + pad)
-  features["segment_ids"] = _int64_feature(list(instance.segment_ids) + pad)
-  features["masked_lm_positions"] = _int64_feature(
+  features["input_ids"] = multigpu.int64_feature(input_ids + pad)
+  features["input_mask"] = multigpu.int64_feature([1] * num_tokens + pad)
+  features["segment_ids"] = multigpu.int64_feature(list(instance.segment_ids) + pad)
+  features["masked_lm_positions"] = multigpu.int64_feature(
       list(instance.masked_lm_positions) + prediction_pad)
-  features["masked_lm_ids"] = _int64_feature(masked_lm_ids + prediction_pad)
+  features["masked_lm_ids"] = multigpu.int64_feature(masked_lm_ids + prediction_pad)
   features["masked_lm_weights"] = _float_feature([1.0] * num_masked + [0.0] * len(prediction_pad))
-  features["next_sentence_labels"] = _int64_feature([1 if instance.is_random_next else 0])
+  features["next_sentence_labels"] = multigpu.int64_feature([1 if instance.is_random_next else 0])
   return tf.train.Example(features=tf.train.Features(feature=features))
 
 
@@ -1004,13 +1000,6 @@ def check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_
                      "--do_whole_word_mask, or drop --chinese_segmenter." % chinese_segmenter)
 
 
-def _available_cpus():
-  """CPU cores this process may run on."""
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
 def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
                             do_whole_word_mask=False, max_seq_length=128,
                             max_predictions_per_seq=20, random_seed=12345, dupe_factor=10,
@@ -1071,7 +1060,7 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
       raise UsageError("--vocab_file=%s has no %s token: use the vocab.txt of a BERT model."
                        % (vocab_file, special))
 
-  num_workers = num_workers or _available_cpus()
+  num_workers = num_workers or multigpu.available_cpus()
   settings = InstanceSettings(max_seq_length, short_seq_prob, masked_lm_prob,
                               max_predictions_per_seq, dupe_factor, do_whole_word_mask,
                               random_seed, chinese_segmenter or "")

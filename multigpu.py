@@ -840,6 +840,70 @@ def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file):
   return tokenizer
 
 
+def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None):
+  """The weights to evaluate or predict with, and a phrase saying why.
+
+  output_dir/<best_subdir> when given and holding a checkpoint, else the latest checkpoint
+  in output_dir, else init_checkpoint.
+
+  Raises:
+    UsageError: none of them exists.
+  """
+  if best_subdir:
+    best_dir = os.path.join(output_dir, best_subdir)
+    best = tf.train.latest_checkpoint(best_dir) if tf.gfile.IsDirectory(best_dir) else None
+    if best:
+      return best, "the best dev checkpoint, kept in %s" % best_dir
+  latest = tf.train.latest_checkpoint(output_dir)
+  if latest:
+    return latest, "the latest checkpoint in --output_dir"
+  if init_checkpoint:
+    return init_checkpoint, "--init_checkpoint (no checkpoint in --output_dir)"
+  raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train first "
+                   "(--do_train) or point --output_dir at a trained model." % output_dir)
+
+
+def available_cpus():
+  """CPU cores this process may run on."""
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def int64_feature(values):
+  """A tf.train.Feature of int64 values."""
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def write_records_atomically(path, records):
+  """Writes serialized records to a TFRecord file through a temp file and a rename.
+
+  A failure or a kill leaves the old file (or none), never half a file under `path`.
+
+  Args:
+    path: the TFRecord file.
+    records: iterable of serialized tf.train.Example strings.
+
+  Returns:
+    The number of records written.
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
+  os.close(fd)
+  try:
+    count = 0
+    with tf.python_io.TFRecordWriter(tmp_path) as writer:
+      for record in records:
+        writer.write(record)
+        count += 1
+    os.replace(tmp_path, path)
+  except BaseException:
+    if os.path.exists(tmp_path):
+      os.remove(tmp_path)
+    raise
+  return count
+
+
 def format_key_values(values):
   """Google's eval_results.txt: `key = value` lines, keys sorted."""
   return "".join("%s = %s\n" % (key, values[key]) for key in sorted(values))

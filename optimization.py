@@ -191,9 +191,7 @@ class _MomentOptimizer(object):
       assign_ops = []
       for grad, var in pairs:
         _check_float32_variable(var)
-        if isinstance(grad, tf.IndexedSlices):
-          grad = tf.convert_to_tensor(grad)
-        grad = tf.convert_to_tensor(grad)
+        grad = tf.convert_to_tensor(grad)  # IndexedSlices become dense here
         var_name = variable_base_name(var)
         m_slot, v_slot = get_or_create_moment_slots(var)
 
@@ -384,7 +382,7 @@ _OPTIMIZER_CLASSES = {
 
 
 def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                   epsilon=1e-6, exclude_from_weight_decay=("LayerNorm", "layer_norm", "bias")):
+                   epsilon=1e-6, exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY):
   """Builds one of the optimizers by name.
 
   Args:

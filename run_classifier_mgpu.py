@@ -35,7 +35,6 @@ import json
 import multiprocessing
 import os
 import re
-import tempfile
 import time
 import unicodedata
 
@@ -316,23 +315,24 @@ class DataProcessor(object):
   def get_examples(self, data_dir, split):
     """Reads the examples of one split.
 
-    The split read last stays in memory (until its file changes), so reading
-    the training file for the label list and again for featurizing parses it
-    once. Callers must not modify the returned list.
+    Each split read stays in memory (until its file changes), so reading the
+    training file for the label list and again for featurizing parses it once.
+    Callers must not modify the returned list.
 
     Raises:
       UsageError: the file is missing, malformed or has no examples.
     """
     path = self.input_files(data_dir, split)[0]
     stat = os.stat(path)
-    key = (os.path.abspath(path), split, stat.st_size, stat.st_mtime)
-    if key not in self._examples_cache:
+    key = (os.path.abspath(path), stat.st_size, stat.st_mtime)
+    cached = self._examples_cache.get(split)
+    if cached is None or cached[0] != key:
       examples = self._read_examples(path, split)
       if not examples:
         raise UsageError("%s: the file has no examples; add examples, or run without %s"
                          % (path, _SPLIT_FLAGS[split]))
-      self._examples_cache = {key: examples}
-    return self._examples_cache[key]
+      self._examples_cache[split] = (key, examples)
+    return self._examples_cache[split][1]
 
   def get_labels(self, data_dir):
     """The label list, in label-id order.
@@ -897,18 +897,14 @@ def convert_single_example(example, label_map, max_seq_length, tokenizer):
   return _convert_example(example, label_map, max_seq_length, tokenizer)[0]
 
 
-def _int64_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def serialize_features(features):
   """Serializes InputFeatures as a tf.train.Example (REFERENCE.md 6)."""
   feature_map = {
-      "input_ids": _int64_feature(features.input_ids),
-      "input_mask": _int64_feature(features.input_mask),
-      "segment_ids": _int64_feature(features.segment_ids),
-      "label_ids": _int64_feature([features.label_id]),
-      "is_real_example": _int64_feature([int(features.is_real_example)]),
+      "input_ids": multigpu.int64_feature(features.input_ids),
+      "input_mask": multigpu.int64_feature(features.input_mask),
+      "segment_ids": multigpu.int64_feature(features.segment_ids),
+      "label_ids": multigpu.int64_feature([features.label_id]),
+      "is_real_example": multigpu.int64_feature([int(features.is_real_example)]),
   }
   example = tf.train.Example(features=tf.train.Features(feature=feature_map))
   # Deterministic: the same features give the same bytes in every process.
@@ -981,12 +977,6 @@ def _featurize_chunk(examples):
   return records, num_truncated
 
 
-def _available_cpus():
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
 def _format_duration(seconds):
   seconds = int(round(seconds))
   if seconds >= 3600:
@@ -1055,15 +1045,24 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
   label_map = dict((label, index) for index, label in enumerate(label_list))
   init_args = (vocab_file, do_lower_case, label_map, max_seq_length)
   if num_workers is None:
-    num_workers = _available_cpus()
+    num_workers = multigpu.available_cpus()
   use_pool = num_workers > 1 and len(examples) >= max(pool_threshold, 1)
   # Chunks: big enough to amortize pickling, small enough to balance the workers.
   chunk_size = max(1, min(512, len(examples) // (8 * num_workers))) if use_pool else 512
   what = "featurizing %s" % os.path.basename(output_file)
 
-  output_dir = os.path.dirname(os.path.abspath(output_file))
-  fd, tmp_path = tempfile.mkstemp(dir=output_dir, prefix=".tmp-" + os.path.basename(output_file))
-  os.close(fd)
+  progress = _Progress(len(examples), what)
+  num_truncated = [0]
+
+  def records(record_chunks):
+    num_done = 0
+    for chunk_records, chunk_truncated in record_chunks:
+      for record in chunk_records:
+        yield record
+      num_done += len(chunk_records)
+      num_truncated[0] += chunk_truncated
+      progress.update(num_done)
+
   pool = None
   try:
     if use_pool:
@@ -1073,29 +1072,13 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
     else:
       _init_featurizer(*init_args)
       record_chunks = (_featurize_chunk(chunk) for chunk in _chunks(examples, chunk_size))
-    progress = _Progress(len(examples), what)
-    num_written = 0
-    num_truncated = 0
-    writer = tf.io.TFRecordWriter(tmp_path)
-    try:
-      for records, chunk_truncated in record_chunks:
-        for record in records:
-          writer.write(record)
-        num_written += len(records)
-        num_truncated += chunk_truncated
-        progress.update(num_written)
-    finally:
-      writer.close()
-    os.replace(tmp_path, output_file)
-  except BaseException:
-    if os.path.exists(tmp_path):
-      os.remove(tmp_path)
-    raise
+    num_written = multigpu.write_records_atomically(output_file, records(record_chunks))
   finally:
     if pool is not None:
       pool.terminate()
       pool.join()
     _FEATURIZER.clear()
+  num_truncated = num_truncated[0]
   _LOGGER.info("%s: wrote %d records to %s in %.1fs; %d examples (%.1f%%) were longer than "
                "max_seq_length=%d and truncated", what, num_written, output_file,
                progress.elapsed(), num_truncated, 100.0 * num_truncated / max(num_written, 1),
@@ -1460,21 +1443,6 @@ def check_flags():
   return multigpu.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
-def checkpoint_for_inference():
-  """The weights to evaluate/predict with, and a phrase saying why."""
-  best_dir = os.path.join(FLAGS.output_dir, "best")
-  best = tf.train.latest_checkpoint(best_dir) if tf.gfile.IsDirectory(best_dir) else None
-  if best:
-    return best, "the best dev checkpoint, kept in %s" % best_dir
-  latest = tf.train.latest_checkpoint(FLAGS.output_dir)
-  if latest:
-    return latest, "the latest checkpoint in --output_dir"
-  if FLAGS.init_checkpoint:
-    return FLAGS.init_checkpoint, "--init_checkpoint (no checkpoint in --output_dir)"
-  raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train first "
-                   "(--do_train) or point --output_dir at a trained model." % FLAGS.output_dir)
-
-
 def main(_):
   bert_config = check_flags()
   multigpu.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
@@ -1545,7 +1513,8 @@ def main(_):
 
   if not (FLAGS.do_eval or FLAGS.do_predict):
     return
-  checkpoint, why = checkpoint_for_inference()
+  checkpoint, why = multigpu.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
+                                                       best_subdir="best")
   tf.logging.info("Evaluating/predicting with %s (%s).", checkpoint, why)
   if FLAGS.do_eval:
     outputs = multigpu.infer(plan, model_fn, make_eval_dataset, eval_batch, checkpoint)

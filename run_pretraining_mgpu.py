@@ -304,8 +304,10 @@ def main(_):
                     FLAGS.num_warmup_steps, FLAGS.optimizer)
     eval_spec = None
     if FLAGS.do_eval:
+      # No best/ copy: pretraining keeps going from the latest checkpoint, and copying the
+      # weights with their optimizer slots at every improvement only costs disk and time.
       eval_spec = multigpu.EvalSpec(make_eval_dataset, eval_batch, pretraining_metrics,
-                                    "masked_lm_accuracy", None)
+                                    None, None)
     multigpu.train(
         plan, model_fn,
         lambda skip: multigpu.make_dataset(input_files, spec, micro_batch, True,
@@ -317,13 +319,7 @@ def main(_):
 
   if not FLAGS.do_eval:
     return
-  checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir)
-  if checkpoint is None:
-    if not FLAGS.init_checkpoint:
-      raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train "
-                       "first (--do_train) or point --output_dir at a trained model." %
-                       FLAGS.output_dir)
-    checkpoint = FLAGS.init_checkpoint
+  checkpoint, _ = multigpu.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
   tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
                   FLAGS.max_eval_steps, eval_batch)
   outputs = multigpu.infer(plan, model_fn, make_eval_dataset, eval_batch, checkpoint)

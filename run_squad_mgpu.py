@@ -23,7 +23,6 @@ Training and prediction run on the shared multi-tower loop of multigpu.py.
 
 import collections
 import json
-import math
 import os
 import re
 import string
@@ -384,22 +383,18 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       unique_id += 1
 
 
-def _int64_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def serialize_features(feature, is_training):
   """A tf.train.Example of one window (Google's SQuAD feature names)."""
   fields = collections.OrderedDict([
-      ("unique_ids", _int64_feature([feature.unique_id])),
-      ("input_ids", _int64_feature(feature.input_ids)),
-      ("input_mask", _int64_feature(feature.input_mask)),
-      ("segment_ids", _int64_feature(feature.segment_ids)),
+      ("unique_ids", multigpu.int64_feature([feature.unique_id])),
+      ("input_ids", multigpu.int64_feature(feature.input_ids)),
+      ("input_mask", multigpu.int64_feature(feature.input_mask)),
+      ("segment_ids", multigpu.int64_feature(feature.segment_ids)),
   ])
   if is_training:
-    fields["start_positions"] = _int64_feature([feature.start_position])
-    fields["end_positions"] = _int64_feature([feature.end_position])
-    fields["is_impossible"] = _int64_feature([int(feature.is_impossible)])
+    fields["start_positions"] = multigpu.int64_feature([feature.start_position])
+    fields["end_positions"] = multigpu.int64_feature([feature.end_position])
+    fields["is_impossible"] = multigpu.int64_feature([int(feature.is_impossible)])
   return tf.train.Example(features=tf.train.Features(feature=fields)).SerializeToString()
 
 
@@ -419,7 +414,7 @@ def input_feature_spec(max_seq_length, is_training):
 
 
 def write_features(features, path, is_training, keep_metadata):
-  """Writes features to a TFRecord file through a temp file and a rename.
+  """Writes features to a TFRecord file (atomically: multigpu.write_records_atomically).
 
   Args:
     features: iterable of InputFeatures.
@@ -431,16 +426,15 @@ def write_features(features, path, is_training, keep_metadata):
     (number written, list of InputFeatures kept, or []).
   """
   kept = []
-  count = 0
-  temp_path = path + ".tmp"
-  with tf.python_io.TFRecordWriter(temp_path) as writer:
+
+  def records():
     for feature in features:
-      writer.write(serialize_features(feature, is_training))
-      count += 1
+      yield serialize_features(feature, is_training)
       if keep_metadata:
         del feature.input_ids, feature.input_mask, feature.segment_ids
         kept.append(feature)
-  tf.gfile.Rename(temp_path, path, overwrite=True)
+
+  count = multigpu.write_records_atomically(path, records())
   return count, kept
 
 
@@ -544,10 +538,11 @@ def predict_answers(examples, features, start_logits, end_logits, n_best_size,
       # The n best starts and ends among the context tokens (Google's takes them among all
       # positions, so [CLS] and question tokens could use up a small n_best_size).
       in_context = np.asarray(feature.token_starts) >= 0
+      top_ends = _top_indexes(ends, n_best_size, in_context)
       for first in _top_indexes(starts, n_best_size, in_context):
         if not feature.token_is_max_context[first]:
           continue
-        for last in _top_indexes(ends, n_best_size, in_context):
+        for last in top_ends:
           if last < first or last - first + 1 > max_answer_length:
             continue
           candidates.append((float(starts[first] + ends[last]), float(starts[first]),
@@ -903,11 +898,7 @@ def _write_json(path, value):
 
 def checkpoint_for_prediction():
   """The checkpoint to predict with, checked to hold the span head. Raises UsageError."""
-  checkpoint = tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
-  if not checkpoint:
-    raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train first "
-                     "(--do_train) or point --output_dir at a trained model." %
-                     FLAGS.output_dir)
+  checkpoint, _ = multigpu.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
   if not tf.train.load_checkpoint(checkpoint).has_tensor("cls/squad/output_weights"):
     raise UsageError("%s has no cls/squad/output_weights: it is not a model fine-tuned for "
                      "reading comprehension. Train one first (--do_train) or point "

@@ -728,3 +728,22 @@ def test_eval_report_columns_line_up_with_chinese_labels():
     assert len(set(tuple(columns(line)[1:]) for line in block)) == 1, block
   # The header of the matrix ends each label where the counts below it end.
   assert columns(matrix_lines[0]) == columns(matrix_lines[1])[1:]
+
+
+def test_each_split_is_parsed_once_even_when_labels_come_from_training(tmp_path):
+  # main() reads train, dev and test, then the label list from the training file.
+  for split in ("train", "dev", "test"):
+    write(tmp_path / (split + ".jsonl"), '{"text": "a", "label": "x"}\n')
+  processor = rc.get_processor("jsonl")
+  parsed = []
+  read_examples = processor._read_examples  # pylint: disable=protected-access
+
+  def counting(path, split):
+    parsed.append(split)
+    return read_examples(path, split)
+
+  processor._read_examples = counting  # pylint: disable=protected-access
+  for split in ("train", "dev", "test"):
+    processor.get_examples(str(tmp_path), split)
+  assert processor.get_labels(str(tmp_path)) == ["x"]
+  assert parsed == ["train", "dev", "test"]

@@ -196,6 +196,12 @@ def test_resume_continues_to_new_step(trained, workspace):
   assert read_eval_results(output_dir)["global_step"] == RESUME_STEPS
 
 
+def assert_one_error_line(log):
+  """A usage error is one `error:` line, with no traceback."""
+  assert "Traceback" not in log, log
+  assert len([line for line in log.splitlines() if line.startswith("error:")]) == 1, log
+
+
 def test_missing_input_is_one_line_error(workspace):
   missing = os.path.join(workspace["root"], "nothing", "*.tfrecord")
   args = common_args(workspace, os.path.join(workspace["root"], "x"))
@@ -203,6 +209,7 @@ def test_missing_input_is_one_line_error(workspace):
   code, log = run_script(args + ["--do_train"])
   assert code == 1, log
   assert "error: --input_file: %s matches no file" % missing in log
+  assert_one_error_line(log)
 
 
 def test_sequence_longer_than_positions_is_reported(workspace):
@@ -212,6 +219,7 @@ def test_sequence_longer_than_positions_is_reported(workspace):
                           "--output_dir=" + os.path.join(workspace["root"], "x")])
   assert code == 1, log
   assert "error: --max_seq_length=128 is longer than max_position_embeddings=64" in log
+  assert_one_error_line(log)
 
 
 def test_wrong_record_length_is_reported(workspace):
@@ -220,6 +228,7 @@ def test_wrong_record_length_is_reported(workspace):
   assert code == 1, log
   assert "feature input_ids has %d values, expected 48" % MAX_SEQ_LENGTH in log
   assert "--max_seq_length=%d" % MAX_SEQ_LENGTH in log
+  assert_one_error_line(log)
 
 
 def numpy_heads(weights, config, features):
