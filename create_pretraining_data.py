@@ -2,7 +2,7 @@
 """Creates masked-LM / next-sentence TFRecord files for BERT pre-training.
 
 The flags, the algorithm and the TFRecord features are those of Google's
-create_pretraining_data.py (REFERENCE.md sections 6 and 8), so existing run
+create_pretraining_data.py (docs/FORMATS.md sections 6 and 8), so existing run
 scripts and run_pretraining readers keep working:
 
   * Input: UTF-8 text, one sentence per line, a blank line between documents.
@@ -52,6 +52,13 @@ are those of Google's algorithm.
 Progress (documents and bytes read, instances written, their rate and an ETA)
 is logged at most every 30 seconds.
 
+Stopping: Ctrl-C (SIGINT to the terminal's whole process group) and SIGTERM
+(from Slurm, Kubernetes, kill) stop the run cleanly, without a traceback: the
+worker processes end, the temporary files are deleted and no output file is
+written; the exit code is 130 for Ctrl-C and 143 for SIGTERM. Only the main
+process decides: the workers ignore Ctrl-C and end at once on SIGTERM, which
+the main process sends them when it stops (or Linux, when it dies).
+
 Differences from Google's script: lines that are not valid UTF-8 are skipped
 and counted (Google silently drops the bad bytes), the end of an input file
 also ends a document, a missing file or an empty corpus is a one-line error,
@@ -69,13 +76,15 @@ import os
 import random
 import re
 import signal
+import sys
 import time
 
 import tensorflow.compat.v1 as tf
 
-import multigpu
+import tfrecord_io
+import runner
 import tokenization
-from multigpu import UsageError
+from runner import UsageError
 
 # Instances whose tokens are logged, as Google's script does for its first ones.
 _NUM_INSTANCES_TO_LOG = 3
@@ -584,14 +593,14 @@ def instance_to_example(instance, tokenizer, max_seq_length, max_predictions_per
   assert num_masked <= max_predictions_per_seq
   prediction_pad = [0] * (max_predictions_per_seq - num_masked)
   features = collections.OrderedDict()
-  features["input_ids"] = multigpu.int64_feature(input_ids + pad)
-  features["input_mask"] = multigpu.int64_feature([1] * num_tokens + pad)
-  features["segment_ids"] = multigpu.int64_feature(list(instance.segment_ids) + pad)
-  features["masked_lm_positions"] = multigpu.int64_feature(
+  features["input_ids"] = tfrecord_io.int64_feature(input_ids + pad)
+  features["input_mask"] = tfrecord_io.int64_feature([1] * num_tokens + pad)
+  features["segment_ids"] = tfrecord_io.int64_feature(list(instance.segment_ids) + pad)
+  features["masked_lm_positions"] = tfrecord_io.int64_feature(
       list(instance.masked_lm_positions) + prediction_pad)
-  features["masked_lm_ids"] = multigpu.int64_feature(masked_lm_ids + prediction_pad)
+  features["masked_lm_ids"] = tfrecord_io.int64_feature(masked_lm_ids + prediction_pad)
   features["masked_lm_weights"] = _float_feature([1.0] * num_masked + [0.0] * len(prediction_pad))
-  features["next_sentence_labels"] = multigpu.int64_feature([1 if instance.is_random_next else 0])
+  features["next_sentence_labels"] = tfrecord_io.int64_feature([1 if instance.is_random_next else 0])
   return tf.train.Example(features=tf.train.Features(feature=features))
 
 
@@ -729,9 +738,82 @@ InstanceSettings = collections.namedtuple("InstanceSettings", [
 _WORKER_STATE = {}
 
 
-def _die_with_parent():
+class Terminated(BaseException):
+  """SIGTERM asked the run to stop; raised in the main process by `StopOnSignals`.
+
+  A BaseException, like KeyboardInterrupt, so that no `except Exception` on the
+  way out takes it for an error of its own. main() turns it into one line and
+  exit 143.
+  """
+
+
+class StopOnSignals(object):
+  """While installed, Ctrl-C and SIGTERM stop the main process cleanly.
+
+  The first SIGINT raises KeyboardInterrupt and the first SIGTERM raises
+  Terminated in the main thread, so that the `try` blocks on the way out end
+  the worker pool and delete the temporary files. Later signals are ignored:
+  that clean-up is not cut short. After `stop_raising()` (the output
+  files are being renamed, or another failure is being cleaned up) a signal is
+  only recorded too. The pool workers ignore SIGINT themselves (`_init_worker`).
+
+  A context manager, for the main thread. On leaving, the previous handlers come
+  back, unless a signal came: the process is then on its way out and ignores
+  any further one (SIG_IGN, which, unlike a Python handler, also holds while
+  the interpreter shuts down).
+
+  Attributes:
+    signum: the first signal received, or None.
+  """
+
+  SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+  def __init__(self):
+    self.signum = None
+    self._raising = True
+    self._pid = None
+    self._previous = {}
+
+  def __enter__(self):
+    self._pid = os.getpid()
+    for signum in self.SIGNALS:
+      self._previous[signum] = signal.signal(signum, self._handle)
+    return self
+
+  def __exit__(self, *unused_exc):
+    for signum, handler in self._previous.items():
+      if self.signum is not None:
+        handler = signal.SIG_IGN
+      elif handler is None:  # a handler not set from Python, which cannot be set back
+        handler = signal.SIG_DFL
+      signal.signal(signum, handler)
+    return False
+
+  def stop_raising(self):
+    """From now on a signal is only recorded: what runs must run to its end."""
+    self._raising = False
+
+  def _handle(self, signum, unused_frame):
+    if os.getpid() != self._pid:
+      # A pool worker between its fork and _init_worker: it behaves as it will after.
+      if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+      return
+    if self.signum is not None:
+      return
+    self.signum = signum
+    if not self._raising:
+      return
+    if signum == signal.SIGINT:
+      raise KeyboardInterrupt()
+    raise Terminated()
+
+
+def _die_with_parent(parent_pid):
   """Asks Linux to end this worker when its parent dies (e.g. killed by the OOM killer), so
-  no orphan keeps the cores busy. Elsewhere a no-op."""
+  no orphan keeps the cores busy; ends it now if the parent is already gone. Elsewhere a
+  no-op."""
   try:
     import ctypes  # pylint: disable=g-import-not-at-top
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -739,15 +821,25 @@ def _die_with_parent():
     return
   pr_set_pdeathsig = 1
   libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+  if os.getppid() != parent_pid:  # the parent died before the prctl
+    os._exit(1)  # pylint: disable=protected-access
 
 
-def _init_worker(state):
+def _init_worker(state, parent_pid):
   """Pool initializer: keeps `state` (documents, tokenizer, settings, counters).
+
+  Only the main process decides when to stop: a worker ignores Ctrl-C (which the
+  terminal sends to the whole process group, and which would only print the
+  worker's traceback) and ends at once on SIGTERM (sent by pool.terminate() and,
+  through PR_SET_PDEATHSIG, by Linux when the parent dies), instead of running
+  the handlers of `StopOnSignals` that it inherited with the fork.
 
   Where fork exists the state is inherited, not pickled; jieba, loaded by the
   parent, comes along. Elsewhere the segmenter is loaded here.
   """
-  _die_with_parent()
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  _die_with_parent(parent_pid)
   _WORKER_STATE.clear()
   _WORKER_STATE.update(state)
   _WORKER_STATE["segment"] = load_chinese_segmenter(state["settings"].chinese_segmenter)
@@ -767,7 +859,8 @@ def _run_in_pool(context, num_workers, state, function, tasks, on_wait):
   Returns:
     list of the results, in task order.
   """
-  pool = context.Pool(num_workers, initializer=_init_worker, initargs=(state,))
+  pool = context.Pool(num_workers, initializer=_init_worker,
+                      initargs=(state, os.getpid()))
   try:
     result = pool.map_async(function, tasks, chunksize=1)
     while not result.ready():
@@ -1005,7 +1098,8 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
                             max_predictions_per_seq=20, random_seed=12345, dupe_factor=10,
                             masked_lm_prob=0.15, short_seq_prob=0.1, num_workers=1,
                             docs_per_chunk=DEFAULT_DOCS_PER_CHUNK, chinese_segmenter="",
-                            progress_interval_seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS):
+                            progress_interval_seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS,
+                            stop_signals=None):
   """Reads text files and writes pre-training TFRecord files (the whole script).
 
   Args:
@@ -1018,6 +1112,9 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     docs_per_chunk: int, documents held in memory at a time; 0 means all.
     chinese_segmenter: "" (Chinese words are delimited by spaces) or "jieba".
     progress_interval_seconds: float, the least time between two progress lines.
+    stop_signals: None, or the StopOnSignals installed around the call; once the
+      output files are being renamed (or a failure cleaned up), a signal no
+      longer stops the run.
     The others: as the flags of the same names.
 
   Returns:
@@ -1034,7 +1131,7 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
   if not vocab_file or not tf.gfile.Exists(vocab_file):
     raise UsageError("--vocab_file=%s: no such file. Give the vocab.txt of the model."
                      % vocab_file)
-  input_files = multigpu.expand_input_files(input_file)
+  input_files = tfrecord_io.expand_input_files(input_file)
   output_files = [p.strip() for p in (output_file or "").split(",") if p.strip()]
   if not output_files:
     raise UsageError("--output_file is empty: give one or more TFRecord paths "
@@ -1060,7 +1157,7 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
       raise UsageError("--vocab_file=%s has no %s token: use the vocab.txt of a BERT model."
                        % (vocab_file, special))
 
-  num_workers = num_workers or multigpu.available_cpus()
+  num_workers = num_workers or runner.available_cpus()
   settings = InstanceSettings(max_seq_length, short_seq_prob, masked_lm_prob,
                               max_predictions_per_seq, dupe_factor, do_whole_word_mask,
                               random_seed, chinese_segmenter or "")
@@ -1118,8 +1215,12 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     if not progress.instances_written:
       raise UsageError("--input_file=%s: no instance could be made from %d document(s)."
                        % (input_file, stats.documents))
+    if stop_signals is not None:
+      stop_signals.stop_raising()  # all output files get their names, or none
     writer.commit()
   except BaseException:
+    if stop_signals is not None:
+      stop_signals.stop_raising()
     writer.abort()
     raise
   stats.instances = sum(writer.counts)
@@ -1180,17 +1281,27 @@ def main(_):
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise UsageError("--%s is required." % name)
-  create_pretraining_data(
-      FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
-      do_lower_case=FLAGS.do_lower_case, do_whole_word_mask=FLAGS.do_whole_word_mask,
-      max_seq_length=FLAGS.max_seq_length,
-      max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-      random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
-      masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
-      num_workers=FLAGS.num_workers, docs_per_chunk=FLAGS.docs_per_chunk,
-      chinese_segmenter=FLAGS.chinese_segmenter)
+  # Ctrl-C ends as a KeyboardInterrupt, which runner.run_main turns into exit 130.
+  with StopOnSignals() as stop:
+    try:
+      create_pretraining_data(
+          FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
+          do_lower_case=FLAGS.do_lower_case, do_whole_word_mask=FLAGS.do_whole_word_mask,
+          max_seq_length=FLAGS.max_seq_length,
+          max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+          random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
+          masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
+          num_workers=FLAGS.num_workers, docs_per_chunk=FLAGS.docs_per_chunk,
+          chinese_segmenter=FLAGS.chinese_segmenter, stop_signals=stop)
+    except Terminated:
+      sys.stderr.write("Stopped by SIGTERM; no output written.\n")
+      sys.stderr.flush()
+      sys.exit(128 + signal.SIGTERM)
+  if stop.signum is not None:
+    tf.logging.warning("%s came while the output files were being renamed: they are "
+                       "complete.", "SIGTERM" if stop.signum == signal.SIGTERM else "Ctrl-C")
 
 
 if __name__ == "__main__":
   define_flags()
-  multigpu.run_main(main)
+  runner.run_main(main)

@@ -197,8 +197,9 @@ def _check_config_fields(json_object, source):
     if key not in json_object:
       continue
     value = json_object[key]
+    # json.loads accepts NaN and Infinity, and NaN < 0 is False.
     if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
-        value < 0):
+        not math.isfinite(value) or value < 0):
       raise ValueError(
           "%s: \"%s\" must be a non-negative number, got %r. Fix the value."
           % (source, key, value))
@@ -212,6 +213,15 @@ def _check_config_fields(json_object, source):
       get_activation(json_object["hidden_act"])
     except ValueError as e:
       raise ValueError("%s: \"hidden_act\": %s" % (source, e))
+  # Checked here, not only when the model is built, so that a run stops before it
+  # writes anything (the defaults are BertConfig.__init__'s).
+  hidden_size = json_object.get("hidden_size", 768)
+  num_attention_heads = json_object.get("num_attention_heads", 12)
+  if hidden_size % num_attention_heads != 0:
+    raise ValueError(
+        "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" %d. Fix the "
+        "values so that the heads split the hidden size evenly." %
+        (source, hidden_size, num_attention_heads))
 
 
 class BertModel(object):

@@ -464,7 +464,7 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
     tvars = [var for _, var in pairs]
 
     # The update must not start before every gradient exists: otherwise it
-    # races the backward pass of other towers (REFERENCE.md section 9).
+    # races the backward pass of other towers (docs/FORMATS.md section 9).
     with tf.control_dependencies(grads):
       if clip_norm is None:
         global_norm = tf.global_norm(grads, name="global_norm")

@@ -1,8 +1,8 @@
 # coding=utf-8
 """Pre-trains BERT (masked LM + next sentence prediction) on every GPU of a machine.
 
-The flags are those of Google's run_pretraining.py (REFERENCE.md 8) plus the
-multi-GPU ones of multigpu.define_multigpu_flags(). The input is the TFRecord
+The flags are those of Google's run_pretraining.py (docs/FORMATS.md 8) plus the
+runner's multi-GPU ones. The input is the TFRecord
 output of create_pretraining_data.py; --input_file takes comma-separated globs
 or directories (a directory means its *.tfrecord files).
 
@@ -14,14 +14,13 @@ checkpoints load in Google's scripts and in run_classifier_mgpu.py.
 usual choice for large global batches.
 """
 
-import os
-
 import numpy as np
 import tensorflow.compat.v1 as tf
 
 import modeling
-import multigpu
-from multigpu import UsageError
+import tfrecord_io
+import runner
+from runner import UsageError
 
 
 # ---------------------------------------------------------------------------
@@ -146,7 +145,7 @@ def create_model_fn(bert_config):
 # ---------------------------------------------------------------------------
 
 def input_feature_spec(max_seq_length, max_predictions_per_seq):
-  """The features create_pretraining_data.py writes (REFERENCE.md 6)."""
+  """The features create_pretraining_data.py writes (docs/FORMATS.md 6)."""
   return {
       "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
@@ -220,33 +219,21 @@ FLAGS = tf.flags.FLAGS
 
 
 def define_flags():
-  """Defines the flags. Called only when run as a script, so tests can import the module
-  next to other scripts that define flags of the same names."""
+  """Defines the flags; called only under __main__, so the module imports anywhere."""
   flags = tf.flags
-  flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
   flags.DEFINE_string("input_file", None, "TFRecord files of create_pretraining_data.py: "
                       "comma-separated globs, or a directory (its *.tfrecord files).")
-  flags.DEFINE_string("output_dir", None, "Checkpoints, TensorBoard events and "
-                      "eval_results.txt go here.")
-  flags.DEFINE_string("init_checkpoint", None, "Checkpoint to start from, e.g. "
-                      "chinese_L-12_H-768_A-12/bert_model.ckpt.")
-  flags.DEFINE_integer("max_seq_length", 128, "Tokens per example; must match the data.")
+  # --optimizer (default adamw) comes from the runner; lamb suits large pre-training batches.
+  runner.define_shared_flags([
+      "bert_config_file", "output_dir", "init_checkpoint", "max_seq_length", "do_train",
+      "do_eval", "train_batch_size", "eval_batch_size", "learning_rate",
+      "save_checkpoints_steps"])
   flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked-LM predictions per example; "
                        "must match the data.")
-  flags.DEFINE_bool("do_train", False, "Pre-train.")
-  flags.DEFINE_bool("do_eval", False, "Evaluate on --input_file (at every checkpoint when "
-                    "training too, and at the end).")
-  flags.DEFINE_integer("train_batch_size", 32, "Training batch size PER TOWER.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Eval batch size per tower.")
-  flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
   flags.DEFINE_integer("num_train_steps", 100000, "Updates to train for (global_step at the "
                        "end).")
   flags.DEFINE_integer("num_warmup_steps", 10000, "Steps of linear learning-rate warmup.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save (and evaluate) every this many "
-                       "steps.")
   flags.DEFINE_integer("max_eval_steps", 100, "Most global eval batches.")
-  # --optimizer (default adamw) comes from here; lamb suits large pre-training batches.
-  multigpu.define_multigpu_flags()
 
 
 # ---------------------------------------------------------------------------
@@ -261,21 +248,12 @@ def check_flags():
   """
   if not (FLAGS.do_train or FLAGS.do_eval):
     raise UsageError("Nothing to do: pass --do_train and/or --do_eval.")
-  if not FLAGS.output_dir:
-    raise UsageError("--output_dir is required.")
-  if not FLAGS.bert_config_file:
-    raise UsageError("--bert_config_file is required.")
-  if not tf.gfile.Exists(FLAGS.bert_config_file):
-    raise UsageError("--bert_config_file=%s: no such file. Check the path." %
-                     FLAGS.bert_config_file)
-  multigpu.check_run_flags(FLAGS, (
-      "train_batch_size", "eval_batch_size", "save_checkpoints_steps", "log_steps",
-      "accumulation_steps", "max_eval_steps", "max_seq_length", "max_predictions_per_seq",
-      "num_train_steps"))
+  runner.check_run_flags(FLAGS, ("max_eval_steps", "max_predictions_per_seq",
+                                 "num_train_steps"))
   if FLAGS.num_warmup_steps < 0:
     raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
-  bert_config = multigpu.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
-  input_files = multigpu.expand_input_files(FLAGS.input_file, ".tfrecord")
+  bert_config = runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  input_files = tfrecord_io.expand_input_files(FLAGS.input_file, ".tfrecord")
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   for path in input_files:
     check_record_lengths(path, spec)
@@ -284,56 +262,35 @@ def check_flags():
 
 def main(_):
   bert_config, input_files = check_flags()
+  config = runner.make_run_config(FLAGS)
+  runner.lock_output_dir(FLAGS.output_dir)
   tf.logging.info("Input: %d TFRecord file(s): %s", len(input_files), ", ".join(input_files))
-  plan = multigpu.plan_devices(FLAGS.n_gpus, FLAGS.towers_per_gpu, FLAGS.variables_on_gpu)
-  towers = plan.num_towers
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   model_fn = create_model_fn(bert_config)
-  eval_batch = FLAGS.eval_batch_size * towers
 
   def make_eval_dataset():
-    return multigpu.make_dataset(input_files, spec, eval_batch,
-                                 is_training=False).take(FLAGS.max_eval_steps)
+    return tfrecord_io.make_dataset(input_files, spec, config.eval_batch_size,
+                                is_training=False).take(FLAGS.max_eval_steps)
 
   if FLAGS.do_train:
-    micro_batch = FLAGS.train_batch_size * towers
-    tf.logging.info("%d towers x per-tower batch %d x %d accumulation step(s) = global batch "
-                    "%d; %d steps, %d warmup steps, optimizer %s.", towers,
-                    FLAGS.train_batch_size, FLAGS.accumulation_steps,
-                    micro_batch * FLAGS.accumulation_steps, FLAGS.num_train_steps,
-                    FLAGS.num_warmup_steps, FLAGS.optimizer)
-    eval_spec = None
-    if FLAGS.do_eval:
-      # No best/ copy: pretraining keeps going from the latest checkpoint, and copying the
-      # weights with their optimizer slots at every improvement only costs disk and time.
-      eval_spec = multigpu.EvalSpec(make_eval_dataset, eval_batch, pretraining_metrics,
-                                    None, None)
-    multigpu.train(
-        plan, model_fn,
-        lambda skip: multigpu.make_dataset(input_files, spec, micro_batch, True,
-                                           FLAGS.random_seed, skip_batches=skip),
-        FLAGS.output_dir, FLAGS.num_train_steps, FLAGS.num_warmup_steps, FLAGS.learning_rate,
-        micro_batch, FLAGS.optimizer, FLAGS.init_checkpoint, FLAGS.save_checkpoints_steps,
-        FLAGS.keep_checkpoint_max, FLAGS.log_steps, FLAGS.random_seed,
-        FLAGS.accumulation_steps, eval_spec)
+    # No best/ copy: pretraining keeps going from the latest checkpoint, and copying the
+    # weights with their optimizer slots at every improvement only costs disk and time.
+    eval_spec = (runner.EvalSpec(make_eval_dataset, pretraining_metrics, None, None)
+                 if FLAGS.do_eval else None)
+    runner.train(
+        config, model_fn,
+        lambda skip: tfrecord_io.make_dataset(input_files, spec, config.micro_batch_size,
+                                          is_training=True, seed=FLAGS.random_seed,
+                                          skip_batches=skip),
+        eval_spec)
 
-  if not FLAGS.do_eval:
-    return
-  checkpoint, _ = multigpu.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
-  tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
-                  FLAGS.max_eval_steps, eval_batch)
-  outputs = multigpu.infer(plan, model_fn, make_eval_dataset, eval_batch, checkpoint)
-  metrics = pretraining_metrics(outputs)
-  metrics["global_step"] = multigpu.checkpoint_global_step(checkpoint)
-  tf.gfile.MakeDirs(FLAGS.output_dir)
-  path = os.path.join(FLAGS.output_dir, "eval_results.txt")
-  multigpu.atomic_write_text(path, multigpu.format_key_values(metrics))
-  tf.logging.info("***** Eval results (%d examples) *****", len(outputs["masked_lm_ids"]))
-  for key in sorted(metrics):
-    tf.logging.info("  %s = %s", key, metrics[key])
-  tf.logging.info("Wrote %s", path)
+  if FLAGS.do_eval:
+    checkpoint, _ = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
+    tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
+                    FLAGS.max_eval_steps, config.eval_batch_size)
+    runner.evaluate(config, model_fn, make_eval_dataset, checkpoint, pretraining_metrics)
 
 
 if __name__ == "__main__":
   define_flags()
-  multigpu.run_main(main)
+  runner.run_main(main)

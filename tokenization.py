@@ -2,7 +2,7 @@
 """BERT tokenization: basic cleaning/splitting, then greedy WordPiece.
 
 The output is the same as the original BERT tokenizer's on any text (the rules
-are in REFERENCE.md section 5); only the speed differs. The speed comes from:
+are in docs/FORMATS.md section 5); only the speed differs. The speed comes from:
 
   * Cleaning and splitting a whole text with C-level string methods and
     regular expressions instead of a Python loop over its characters (most
@@ -193,7 +193,9 @@ def load_vocab(vocab_file):
 
   Lines are split on "\\n" only and each token is the line with surrounding
   whitespace stripped, as the original loader did. A token that appears twice
-  keeps its first position in the dict and its last line number as id.
+  keeps its first position in the dict and its last line number as id. A UTF-8
+  byte order mark before the first token is dropped (the original kept it, so
+  the first token was never matched).
 
   Args:
     vocab_file: path of a UTF-8 text file.
@@ -202,7 +204,9 @@ def load_vocab(vocab_file):
     collections.OrderedDict mapping token (str) to id (int).
 
   Raises:
-    ValueError: the file does not exist or a line is not valid UTF-8.
+    ValueError: the file cannot be read, is UTF-16/UTF-32 (with a byte order
+      mark), or a line is not valid UTF-8 or holds a carriage return inside it
+      (CR-only line ends would make the whole file one token).
   """
   try:
     with open(vocab_file, "rb") as reader:
@@ -210,6 +214,16 @@ def load_vocab(vocab_file):
   except (IOError, OSError) as e:
     raise ValueError("Cannot read vocab file %s: %s. Check the --vocab_file "
                      "flag (vocab.txt of the checkpoint)." % (vocab_file, e))
+  for bom, encoding in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+                        (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+    if data.startswith(bom):
+      raise ValueError(
+          "Vocab file %s is %s (it starts with the %s byte order mark). The "
+          "vocab file must be UTF-8 text with one token per line; convert it "
+          "(e.g. `iconv -f %s -t UTF-8`)." % (vocab_file, encoding, encoding,
+                                              encoding))
+  if data.startswith(b"\xef\xbb\xbf"):
+    data = data[3:]
   lines = data.split(b"\n")
   if lines and not lines[-1]:
     lines.pop()  # The newline that ends the last line does not start a line.
@@ -222,7 +236,13 @@ def load_vocab(vocab_file):
           "Vocab file %s, line %d: bytes %r are not valid UTF-8 (%s). The vocab "
           "file must be UTF-8 text with one token per line." %
           (vocab_file, index + 1, line[max(0, e.start - 8):e.end + 8], e.reason))
-    vocab[token.strip()] = index
+    token = token.strip()
+    if "\r" in token:
+      raise ValueError(
+          "Vocab file %s, line %d: the token %r holds a carriage return: the "
+          "file has CR-only line ends (so it would be one token). Save it with "
+          "\\n line ends, one token per line." % (vocab_file, index + 1, token[:40]))
+    vocab[token] = index
   return vocab
 
 

@@ -13,6 +13,8 @@ python=${PYTHON:-$(bash scripts/setup_env.sh tf2)}
 
 "$python" scripts/make_demo_data.py --output_dir "$out/data"
 rm -rf "$out/model"
+mkdir -p "$out"
+# The log goes to the terminal and to $out/train.log, which the summary below reads.
 TF_CPP_MIN_LOG_LEVEL=2 "$python" run_classifier_mgpu.py \
   --task_name=tsv \
   --data_dir="$out/data" \
@@ -26,12 +28,13 @@ TF_CPP_MIN_LOG_LEVEL=2 "$python" run_classifier_mgpu.py \
   --learning_rate=1e-3 \
   --num_train_epochs=8 \
   --save_checkpoints_steps=50 \
-  --log_steps=20
+  --log_steps=20 2>&1 | tee "$out/train.log"
 
 echo
 echo "eval results ($out/model/eval_results.txt):"
 cat "$out/model/eval_results.txt"
 accuracy=$(sed -n 's/^eval_accuracy = //p' "$out/model/eval_results.txt")
 echo "dev accuracy: $accuracy"
+echo "evaluated and predicted with: $(sed -n 's/.*Evaluating and predicting with \(.*\)\.$/\1/p' "$out/train.log")"
 predict=$(cd "$out/model" && pwd)/predict.txt
 echo "predictions: $(wc -l < "$predict") lines in $predict"

@@ -1,7 +1,7 @@
 # coding=utf-8
 """A plain NumPy BERT forward pass, the test oracle for modeling.py.
 
-Written straight from the published description (REFERENCE.md section 3) with
+Written straight from the published description (docs/FORMATS.md section 3) with
 explicit loops over examples and heads, in float64, so that it shares no code
 and no structure with the TensorFlow implementation it checks. Weights are a
 dict from checkpoint variable name (bert/encoder/layer_0/...) to array.
@@ -129,7 +129,7 @@ def bert_forward(weights, config, input_ids, input_mask, token_type_ids,
 
 
 def variable_shapes(config):
-  """The checkpoint names and shapes of the `bert/` variables (REFERENCE.md 2)."""
+  """The checkpoint names and shapes of the `bert/` variables (docs/FORMATS.md section 2)."""
   h = config.hidden_size
   shapes = {
       "bert/embeddings/word_embeddings": [config.vocab_size, h],

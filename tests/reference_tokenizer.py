@@ -1,7 +1,7 @@
 # coding=utf-8
 """A plain, obviously-correct BERT tokenizer: the oracle for tests and benchmarks.
 
-Written directly from the rules of REFERENCE.md section 5, one character at a
+Written directly from the rules of docs/FORMATS.md section 5, one character at a
 time with unicodedata, with no caching or other speed tricks. Splitting on
 whitespace uses str.split(), as the original tokenizer does.
 """

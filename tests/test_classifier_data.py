@@ -1,11 +1,12 @@
 # coding=utf-8
-"""Tests of the input half of run_classifier_mgpu.py: processors, label list,
+"""Tests of classifier_data.py (and the eval report of classifier_metrics.py): processors, label list,
 featurizing, TFRecords and the feature cache.
 
 Expected values are written out by hand from the data files the tests create.
 """
 
 import json
+import logging
 import os
 import unicodedata
 
@@ -14,8 +15,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 
-import run_classifier_mgpu as rc  # pylint: disable=g-import-not-at-top
-from multigpu import UsageError  # pylint: disable=g-import-not-at-top
+import classifier_data as rc  # pylint: disable=g-import-not-at-top
+import classifier_metrics  # pylint: disable=g-import-not-at-top
+from runner import UsageError  # pylint: disable=g-import-not-at-top
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
          "hello", "world", ",", "!", "un", "##aff", "##able", "中", "国", "人",
@@ -330,8 +332,10 @@ def test_row_with_missing_column(tmp_path):
   path = write(tmp_path / "train.tsv", "label\ttext_a\ttext_b\npos\tfine\tok\nneg\tshort\n")
   assert_usage_error(lambda: read("tsv", tmp_path, "train"), path, "line 3", "'text_b'",
                      "neg\\tshort")
+  # An unclosed quote swallows the rest of the file into one field: the record where
+  # it opens is named (csv strict mode; see also test_csv_unclosed_quote_*).
   path = write(tmp_path / "train.csv", 'text,label\n"abc,pos\nx,neg\n')
-  assert_usage_error(lambda: read("csv", tmp_path, "train"), path, "line 2", "'label'",
+  assert_usage_error(lambda: read("csv", tmp_path, "train"), path, "line 2", "never closed",
                      "double quote")
 
 
@@ -710,7 +714,7 @@ def test_eval_report_columns_line_up_with_chinese_labels():
             "per_class": dict((label, {"precision": 0.5, "recall": 0.5, "f1": 0.5,
                                        "support": 4}) for label in labels)}
   metrics = {"eval_accuracy": 0.8, "macro_f1": 0.7, "eval_loss": 0.3}
-  text = rc.format_eval_report(metrics, report)
+  text = classifier_metrics.format_eval_report(metrics, report)
   lines = text.splitlines()
   table = lines[2:6]
   matrix_lines = lines[-4:]
@@ -747,3 +751,155 @@ def test_each_split_is_parsed_once_even_when_labels_come_from_training(tmp_path)
     processor.get_examples(str(tmp_path), split)
   assert processor.get_labels(str(tmp_path)) == ["x"]
   assert parsed == ["train", "dev", "test"]
+
+
+# ---------------------------------------------------------------------------
+# Input that used to be read silently wrong or to end in a traceback
+# ---------------------------------------------------------------------------
+
+def test_csv_unclosed_quote_is_an_error_not_merged_rows(tmp_path):
+  # The header has two columns and so does the swallowing record: before strict mode the
+  # three rows were read as one example whose text was 'hello\nb,world\nc,third\n'.
+  path = write(tmp_path / "train.csv", 'label,text\na,"hello\nb,world\nc,third\n')
+  assert_usage_error(lambda: read("csv", tmp_path, "train"), path, "line 2",
+                     "never closed", "lines 2-4")
+
+
+def test_csv_text_after_a_closing_quote_is_an_error(tmp_path):
+  # Was read as 'hi there': the quotes dropped without a word.
+  path = write(tmp_path / "train.csv", 'label,text\na,"hi" there\nb,ok\n')
+  assert_usage_error(lambda: read("csv", tmp_path, "train"), path, "line 2",
+                     "closing double quote")
+  # A quote inside an unquoted field is text, as before.
+  write(tmp_path / "train.csv", 'label,text\na,he said "hi" ok\n')
+  assert summary(read("csv", tmp_path, "train")) == [("train-0", 'he said "hi" ok', None, "a")]
+
+
+class _KeepMessages(logging.Handler):
+  """A logging handler that keeps the messages of warnings and above."""
+
+  def __init__(self):
+    super(_KeepMessages, self).__init__(logging.WARNING)
+    self.messages = []
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+
+def test_csv_records_spanning_lines_are_reported(tmp_path):
+  # Legal CSV, but also what a quote closed too late looks like: say so.
+  path = write(tmp_path / "train.csv", 'label,text\na,"two\nlines"\nb,one line\nc,"x\ny\nz"\n')
+  records = _KeepMessages()
+  rc._LOGGER.addHandler(records)  # pylint: disable=protected-access
+  try:
+    examples = read("csv", tmp_path, "train")
+  finally:
+    rc._LOGGER.removeHandler(records)  # pylint: disable=protected-access
+  assert summary(examples) == [("train-0", "two\nlines", None, "a"),
+                               ("train-1", "one line", None, "b"),
+                               ("train-2", "x\ny\nz", None, "c")]
+  warnings = [m for m in records.messages if path in m]
+  assert len(warnings) == 1, records.messages
+  assert "2 record(s)" in warnings[0] and "lines 2-3" in warnings[0]
+
+
+@pytest.mark.parametrize("task,name", [("tsv", "train.tsv"), ("csv", "train.csv")])
+def test_nul_byte_is_an_error_with_its_line(tmp_path, task, name):
+  # Python 3.11's csv module and every TSV reader kept it (the tokenizer then dropped
+  # it); Python 3.7's csv module refused it: now both refuse it, naming the line.
+  sep = "\t" if task == "tsv" else ","
+  path = write(tmp_path / name, "label%stext\na%sok\nb%shel\x00lo\n" % (sep, sep, sep))
+  assert_usage_error(lambda: read(task, tmp_path, "train"), path, "line 3", "NUL",
+                     "byte offset 5 of the line", "UTF-16")
+
+
+def test_utf16_files_are_named_as_such(tmp_path):
+  text = u"label\ttext\na\t中文\n"
+  with open(str(tmp_path / "train.tsv"), "wb") as f:
+    f.write(text.encode("utf-16"))
+  path = str(tmp_path / "train.tsv")
+  assert_usage_error(lambda: read("tsv", tmp_path, "train"), path, "UTF-16",
+                     "iconv -f UTF-16")
+  with open(path, "wb") as f:
+    f.write(text.encode("utf-16-le"))  # no byte order mark: NUL bytes in ASCII
+  assert_usage_error(lambda: read("tsv", tmp_path, "train"), path, "line 1", "NUL")
+
+
+@pytest.mark.parametrize("task,name,text", [
+    # Every row was merged into one example: label 'a', text 'one\rb\ttwo\rc\tthree'.
+    ("thucnews", "train.txt", "a\tone\rb\ttwo\rc\tthree\r"),
+    # CoLA has no header either: rows 2 and 3 were swallowed by row 1.
+    ("cola", "train.tsv", "s\t1\t\tone\rs\t0\t\ttwo\rs\t1\t\tthree\r"),
+    # With a header: a stray CR inside a row.
+    ("tsv", "train.tsv", "label\ttext\na\tone\rb\ttwo\n"),
+])
+def test_carriage_return_inside_a_line_is_an_error(tmp_path, task, name, text):
+  path = write(tmp_path / name, text)
+  line = "line 2" if task == "tsv" else "line 1"
+  assert_usage_error(lambda: read(task, tmp_path, "train"), path, line, "carriage return")
+
+
+def test_labels_txt_with_cr_line_ends_is_an_error(tmp_path):
+  write(tmp_path / "train.tsv", "label\ttext\na\tx\n")
+  path = write(tmp_path / "labels.txt", "a\rb\r")
+  assert_usage_error(lambda: rc.get_processor("tsv").get_labels(str(tmp_path)), path,
+                     "line 1", "carriage return")
+
+
+def test_jsonl_key_given_twice_is_an_error(tmp_path):
+  # json.loads kept the last value silently.
+  path = write(tmp_path / "train.jsonl",
+               '{"label": "a", "text": "x"}\n{"label": "a", "text": "x", "text": "y"}\n')
+  assert_usage_error(lambda: read("jsonl", tmp_path, "train"), path, "line 2", "'text' twice")
+
+
+def test_jsonl_unpaired_surrogate_is_an_error(tmp_path):
+  # Read and featurized fine; predict_detail.tsv then failed with UnicodeEncodeError.
+  path = write(tmp_path / "test.jsonl",
+               '{"text": "ok \\ud83d\\ude00"}\n{"text": "bad \\ud800 escape"}\n')
+  assert_usage_error(lambda: read("jsonl", tmp_path, "test"), path, "line 2", "'text'",
+                     "surrogate", "\\ud800", "character 5")
+  write(tmp_path / "test.jsonl", '{"text": "ok \\ud83d\\ude00"}\n')
+  assert summary(read("jsonl", tmp_path, "test")) == [("test-0", u"ok \U0001F600", None, None)]
+
+
+def test_jsonl_nested_too_deeply_is_an_error(tmp_path):
+  # A RecursionError traceback.
+  path = write(tmp_path / "train.jsonl", "[" * 100000 + "]" * 100000 + "\n")
+  assert_usage_error(lambda: read("jsonl", tmp_path, "train"), path, "line 1", "nested")
+
+
+def test_jsonl_null_label_message_says_null(tmp_path):
+  # The message said "no label key" for a label that is there, as null.
+  path = write(tmp_path / "train.jsonl", '{"label": null, "text": "x"}\n')
+  assert_usage_error(lambda: read("jsonl", tmp_path, "train"), path, "line 1",
+                     "no label (no label key, or null)")
+
+
+def test_data_file_that_is_a_directory(tmp_path):
+  os.makedirs(str(tmp_path / "train.tsv"))
+  assert_usage_error(lambda: read("tsv", tmp_path, "train"),
+                     str(tmp_path / "train.tsv"), "is a directory")
+  # THUCNews used to skip the directory silently and read the other file name.
+  os.makedirs(str(tmp_path / "train.txt"))
+  write(tmp_path / "cnews.train.txt", "a\tx\n")
+  assert_usage_error(lambda: read("thucnews", tmp_path, "train"),
+                     str(tmp_path / "train.txt"), "is a directory")
+
+
+def test_label_list_that_cannot_be_written(tmp_path):
+  # An IsADirectoryError traceback from the atomic writer.
+  os.makedirs(str(tmp_path / "out" / "labels.txt"))
+  assert_usage_error(lambda: rc.write_label_list(str(tmp_path / "out"), ["a", "b"]),
+                     str(tmp_path / "out" / "labels.txt"), "cannot write", "Is a directory")
+
+
+def test_check_featurizing_inputs_before_output_dir_is_claimed(tmp_path):
+  # The checks write_features makes, for run_classifier_mgpu.py to make before
+  # runner.lock_output_dir() (a bad value then creates no output_dir).
+  vocab_file = write_vocab(tmp_path)
+  rc.check_featurizing_inputs(3, vocab_file)
+  assert_usage_error(lambda: rc.check_featurizing_inputs(2, vocab_file), "--max_seq_length=2")
+  no_cls = write_vocab(tmp_path, [t for t in VOCAB if t != "[CLS]"], name="no_cls.txt")
+  assert_usage_error(lambda: rc.check_featurizing_inputs(8, no_cls), no_cls, "[CLS]")
+  assert sorted(os.listdir(str(tmp_path))) == ["no_cls.txt", "vocab.txt"]

@@ -8,12 +8,16 @@ written features and look it up in the corpus the test wrote, tokenized by the
 test itself with a hand-written word -> pieces table.
 """
 
+import contextlib
+import glob
 import logging
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -22,9 +26,10 @@ import tensorflow.compat.v1 as tf
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT_PATH = os.path.join(REPO_DIR, "create_pretraining_data.py")
 
+import cli  # pylint: disable=g-import-not-at-top
 import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
-from multigpu import UsageError  # pylint: disable=g-import-not-at-top
+from runner import UsageError  # pylint: disable=g-import-not-at-top
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # English words and their word pieces (the test's own tokenizer).
@@ -381,18 +386,10 @@ def test_no_documents_is_an_error(tmp_path):
 
 
 def run_script(args):
-  return subprocess.run([sys.executable, SCRIPT_PATH] + args, cwd=REPO_DIR,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        universal_newlines=True, timeout=120)
+  return cli.run_script("create_pretraining_data.py", args, timeout=120)
 
 
-def assert_one_line_error(result, *must_contain):
-  assert result.returncode == 1, result.stderr
-  errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-  assert len(errors) == 1, result.stderr
-  for text in must_contain:
-    assert text in errors[0]
-  assert "Traceback" not in result.stderr
+assert_one_line_error = cli.assert_one_line_error
 
 
 def test_script_missing_input_and_vocab(tmp_path):
@@ -993,3 +990,225 @@ def test_a_document_without_blank_lines_for_too_long_is_warned_about(tmp_path, m
   finally:
     tf.get_logger().removeHandler(handler)
   assert [m for m in handler.messages if "without a blank line" in m and "line 6" in m]
+
+
+# ---------------------------------------------------------------------------
+# Stopping: Ctrl-C and SIGTERM while the worker processes run
+# ---------------------------------------------------------------------------
+
+# Seconds for the script to reach its worker pool, and to end after the signal.
+STOP_START_TIMEOUT_SECONDS = 240
+STOP_END_TIMEOUT_SECONDS = 60
+
+
+def process_start_time(pid):
+  """Field 22 of /proc/<pid>/stat (start time), or None when the process is gone or a zombie.
+
+  With the pid it names one process even if the pid is reused later.
+  """
+  try:
+    with open("/proc/%d/stat" % pid) as f:
+      stat = f.read()
+  except OSError:
+    return None
+  fields = stat[stat.rindex(")") + 2:].split()  # fields 3 (state), 4, ...
+  return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def running_children(pid):
+  """dict pid -> start time of the live children of process `pid` (Linux /proc)."""
+  pids = set()
+  for path in glob.glob("/proc/%d/task/*/children" % pid):
+    try:
+      with open(path) as f:
+        pids.update(int(child) for child in f.read().split())
+    except OSError:  # the thread or the process ended
+      pass
+  children = {}
+  for child in pids:
+    start = process_start_time(child)
+    if start is not None:
+      children[child] = start
+  return children
+
+
+def signal_mask(pid, field):
+  """The set of signals in `field` ("SigIgn", "SigCgt") of /proc/<pid>/status."""
+  with open("/proc/%d/status" % pid) as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        mask = int(line.split()[1], 16)
+        return set(signum for signum in range(1, 65) if mask >> (signum - 1) & 1)
+  raise AssertionError("no %s in /proc/%d/status" % (field, pid))
+
+
+@contextlib.contextmanager
+def script_in_own_session(args, stderr_path):
+  """Starts the script in the background in a session (process group) of its own, as a
+  shell starts a job, its stderr going to `stderr_path`; on leaving, kills the whole group
+  (the script and any worker left behind) and reaps the script."""
+  with open(stderr_path, "w") as stderr:
+    process = subprocess.Popen(
+        [sys.executable, cli.script_path("create_pretraining_data.py")] + list(args),
+        cwd=cli.REPO_DIR, env=cli.script_env(), stdout=subprocess.DEVNULL, stderr=stderr,
+        start_new_session=True)
+  try:
+    yield process
+  finally:
+    try:
+      os.killpg(process.pid, signal.SIGKILL)
+    except OSError:  # the group is gone: nothing left running
+      pass
+    process.wait()
+
+
+def stop_while_the_workers_run(tmp_path, send_signal):
+  """Runs the script with 2 workers on a corpus that keeps them busy for seconds, calls
+  `send_signal(process)` while both workers run, and waits for the end.
+
+  Returns:
+    dict with returncode, stderr (all of it), stderr_after (written after the signal),
+    workers (pid -> start time at the signal), dispositions (pid -> the sets of
+    signals the worker ignored and caught, just before the signal), outputs (the
+    output paths) and leftover_workers (those still alive a few seconds after the
+    end).
+  """
+  text, _ = make_english_corpus(seed=21, num_documents=8000)
+  corpus = write_text(tmp_path / "corpus.txt", text)
+  outputs = [str(tmp_path / "stop-0.tfrecord"), str(tmp_path / "stop-1.tfrecord")]
+  args = ["--input_file=" + corpus, "--output_file=" + ",".join(outputs),
+          "--vocab_file=" + write_vocab(tmp_path), "--max_seq_length=32",
+          "--max_predictions_per_seq=6", "--dupe_factor=10", "--num_workers=2",
+          "--docs_per_chunk=0"]
+  stderr_path = str(tmp_path / "stderr.txt")
+
+  def stderr():
+    with open(stderr_path, encoding="utf-8", errors="replace") as f:
+      return f.read()
+
+  with script_in_own_session(args, stderr_path) as process:
+    deadline = time.time() + STOP_START_TIMEOUT_SECONDS
+
+    def wait_for(condition, what):
+      while not condition():
+        assert process.poll() is None, "the run ended before %s:\n%s" % (what, stderr()[-3000:])
+        assert time.time() < deadline, "%s did not happen in time:\n%s" % (what, stderr()[-3000:])
+        time.sleep(0.05)
+
+    wait_for(lambda: "*** Reading" in stderr(), "the run started")
+    # The same two workers for half a second: the pool runs (and its workers are past
+    # their initializer).
+    seen = {"children": {}, "since": time.time()}
+
+    def pool_running():
+      children = running_children(process.pid)
+      if children != seen["children"]:
+        seen["children"], seen["since"] = children, time.time()
+      return len(children) == 2 and time.time() - seen["since"] >= 0.5
+
+    wait_for(pool_running, "the 2 worker processes ran")
+    workers = seen["children"]
+    dispositions = {pid: (signal_mask(pid, "SigIgn"), signal_mask(pid, "SigCgt"))
+                    for pid in workers}
+    offset = len(stderr())
+    send_signal(process)
+    returncode = process.wait(timeout=STOP_END_TIMEOUT_SECONDS)
+    end = time.time() + 5
+    while time.time() < end and any(process_start_time(pid) == start
+                                    for pid, start in workers.items()):
+      time.sleep(0.05)
+    leftover = [pid for pid, start in workers.items() if process_start_time(pid) == start]
+    output = stderr()
+  return {"returncode": returncode, "stderr": output, "stderr_after": output[offset:],
+          "workers": workers, "dispositions": dispositions, "outputs": outputs,
+          "leftover_workers": leftover}
+
+
+def check_stopped_cleanly(tmp_path, run, returncode, message):
+  output = run["stderr"]
+  assert run["returncode"] == returncode, output[-3000:]
+  assert "Traceback" not in output, output[-5000:]
+  # After the signal: the one line, and nothing from the workers ("Process
+  # ForkPoolWorker-1:" ...).
+  lines = [line for line in run["stderr_after"].splitlines()
+           if line.strip() and not line.startswith("INFO:tensorflow:")]
+  assert lines == [message], run["stderr_after"][-3000:]
+  assert not run["leftover_workers"], "workers still alive: %s" % run["leftover_workers"]
+  for path in run["outputs"]:
+    assert not os.path.exists(path), path
+  assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")], \
+      os.listdir(str(tmp_path))
+  # Only the main process decides: the workers ignore Ctrl-C and end at once on SIGTERM
+  # (they do not run the main process's handlers).
+  for pid, (ignored, caught) in run["dispositions"].items():
+    assert signal.SIGINT in ignored, "worker %d did not ignore SIGINT" % pid
+    assert signal.SIGTERM not in caught, "worker %d caught SIGTERM" % pid
+
+
+def test_ctrl_c_stops_the_workers_and_leaves_no_file(tmp_path):
+  # A terminal sends Ctrl-C to the whole process group: the script and its workers.
+  run = stop_while_the_workers_run(
+      tmp_path, lambda process: os.killpg(process.pid, signal.SIGINT))
+  check_stopped_cleanly(tmp_path, run, 130, "Interrupted (Ctrl-C).")
+
+
+def test_sigterm_stops_the_workers_and_leaves_no_file(tmp_path):
+  # Slurm and Kubernetes send SIGTERM to the main process.
+  run = stop_while_the_workers_run(
+      tmp_path, lambda process: os.kill(process.pid, signal.SIGTERM))
+  check_stopped_cleanly(tmp_path, run, 143, "Stopped by SIGTERM; no output written.")
+
+
+@contextlib.contextmanager
+def signal_handlers_kept():
+  """Puts pytest's SIGINT and SIGTERM handlers back afterwards."""
+  previous = dict((signum, signal.getsignal(signum)) for signum in cpd.StopOnSignals.SIGNALS)
+  try:
+    yield
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+
+
+def test_stop_on_signals_raises_once_then_ignores():
+  with signal_handlers_kept():
+    before = signal.getsignal(signal.SIGINT)
+    with cpd.StopOnSignals() as stop:
+      pass
+    assert stop.signum is None and signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(cpd.Terminated):
+      with cpd.StopOnSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+    assert stop.signum == signal.SIGTERM
+    # On its way out the process ignores any further signal.
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    with pytest.raises(KeyboardInterrupt):
+      with cpd.StopOnSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    with cpd.StopOnSignals() as stop:
+      stop.stop_raising()
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(0.1)
+    assert stop.signum == signal.SIGTERM
+
+
+def test_a_signal_while_the_outputs_are_renamed_lets_the_run_finish(tmp_path, monkeypatch):
+  # All output files get their names, or none: a stop there would leave some renamed.
+  real_commit = cpd.RoundRobinRecordWriter.commit
+
+  def commit_under_sigterm(writer):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    return real_commit(writer)
+
+  monkeypatch.setattr(cpd.RoundRobinRecordWriter, "commit", commit_under_sigterm)
+  text, _ = make_english_corpus(seed=22, num_documents=10)
+  with signal_handlers_kept():
+    with cpd.StopOnSignals() as stop:
+      outputs, stats = run_cpd(tmp_path, text, output_names=["s-0.tfrecord", "s-1.tfrecord"],
+                               stop_signals=stop)
+  assert stop.signum == signal.SIGTERM
+  assert sum(len(read_records(path)) for path in outputs) == stats.instances > 0
+  assert not [name for name in os.listdir(str(tmp_path)) if name.endswith(".tmp")]

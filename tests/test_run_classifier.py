@@ -22,22 +22,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import types
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_DIR = os.path.dirname(TESTS_DIR)
+import cli
+from cli import assert_succeeded, flag_list
+import modeling
+import numpy_bert
+import reference_tokenizer
 
-import modeling  # pylint: disable=g-import-not-at-top
-import numpy_bert  # pylint: disable=g-import-not-at-top
-import reference_tokenizer  # pylint: disable=g-import-not-at-top
-
-SCRIPT = os.path.join(REPO_DIR, "run_classifier_mgpu.py")
-MAKE_DEMO_DATA = os.path.join(REPO_DIR, "scripts", "make_demo_data.py")
+MAKE_DEMO_DATA = cli.script_path(os.path.join("scripts", "make_demo_data.py"))
 
 # Examples kept from each split of the demo data. 37 test examples with 2 towers x 8
 # leave a tail batch of 5 (one tower gets 3 padding rows, the other only padding);
@@ -55,9 +52,6 @@ TINY_CONFIG = {
     "intermediate_size": 32,
     "max_position_embeddings": 64,
 }
-
-# A subprocess that does not finish in this time has hung.
-RUN_TIMEOUT_SECONDS = 300
 
 # Files a failed run must never leave in output_dir.
 RESULT_FILE_PATTERNS = ("predict.txt", "test_results.tsv", "predict_detail.tsv",
@@ -91,34 +85,9 @@ def read_tsv_examples(path):
   return [tuple(line.split("\t")) for line in lines[1:]]
 
 
-def script_env():
-  env = dict(os.environ)
-  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-  return env
-
-
-def flag_list(flags):
-  """Renders a dict flag name -> value as --name=value (True: --name)."""
-  args = []
-  for name, value in flags.items():
-    if value is True:
-      args.append("--" + name)
-    elif value is not None:
-      args.append("--%s=%s" % (name, value))
-  return args
-
-
-def run_classifier(flags):
+def run_classifier(flags, cwd=cli.REPO_DIR):
   """Runs the script to the end; returns the CompletedProcess (text stdout/stderr)."""
-  return subprocess.run(
-      [sys.executable, SCRIPT] + flag_list(flags), cwd=REPO_DIR, env=script_env(),
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
-      timeout=RUN_TIMEOUT_SECONDS)
-
-
-def assert_succeeded(result):
-  assert result.returncode == 0, "run failed:\n%s" % result.stderr[-5000:]
-  assert "Traceback" not in result.stderr, result.stderr[-5000:]
+  return cli.run_script("run_classifier_mgpu.py", flag_list(flags), cwd=cwd)
 
 
 def base_flags(data, output_dir, **overrides):
@@ -257,7 +226,7 @@ def demo_data(tmp_path_factory):
   """The demo data cut to NUM_TRAIN / NUM_DEV / NUM_TEST examples, with a tiny config."""
   data_dir = str(tmp_path_factory.mktemp("demo_data"))
   subprocess.run([sys.executable, MAKE_DEMO_DATA, "--output_dir", data_dir], check=True,
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
   rows = {}
   for split, count in (("train", NUM_TRAIN), ("dev", NUM_DEV), ("test", NUM_TEST)):
     path = os.path.join(data_dir, split + ".tsv")
@@ -292,17 +261,31 @@ FullRun = collections.namedtuple("FullRun", ["output_dir", "result", "flags", "t
 
 @pytest.fixture(scope="module")
 def full_run(demo_data, tmp_path_factory):
+  # Run as users do: from their own directory, with a relative --output_dir.
   root = str(tmp_path_factory.mktemp("full_run"))
   output_dir = os.path.join(root, "model")
   init_checkpoint = write_init_checkpoint(demo_data.config, len(demo_data.labels),
                                           os.path.join(root, "init", "bert_model.ckpt"), seed=5,
                                           large_weights=True)
-  flags = base_flags(demo_data, output_dir, init_checkpoint=init_checkpoint)
-  result = run_classifier(flags)
+  flags = base_flags(demo_data, "model", init_checkpoint=init_checkpoint)
+  result = run_classifier(flags, cwd=root)
   assert_succeeded(result)
-  match = re.search(r"Evaluating/predicting with (\S+) \(", result.stderr)
-  assert match, "no 'Evaluating/predicting with' line:\n" + result.stderr[-3000:]
-  return FullRun(output_dir, result, flags, flags["n_gpus"], match.group(1))
+  match = re.search(r"Evaluating and predicting with (\S+) \(", result.stderr)
+  assert match, "no 'Evaluating and predicting with' line:\n" + result.stderr[-3000:]
+  return FullRun(output_dir, result, flags, flags["n_gpus"], os.path.join(root, match.group(1)))
+
+
+def test_eval_and_predict_use_the_best_checkpoint_with_a_relative_output_dir(full_run):
+  # TF writes best/checkpoint relative to the working directory when given a relative
+  # directory; the checkpoint then cannot be found and the latest one was used instead.
+  assert "Couldn't match files" not in full_run.result.stderr
+  best_dir = os.path.join(full_run.output_dir, "best")
+  assert os.path.dirname(full_run.inference_checkpoint) == best_dir
+  # A bare name, so output_dir can also be moved.
+  with open(os.path.join(best_dir, "checkpoint")) as f:
+    assert 'model_checkpoint_path: "%s"' % os.path.basename(
+        full_run.inference_checkpoint) in f.read().split("\n")
+  assert "(the best dev checkpoint" in full_run.result.stderr
 
 
 def test_training_runs_the_planned_number_of_steps(full_run, demo_data):
@@ -452,25 +435,14 @@ def test_training_resumes_after_sigkill(demo_data, tmp_path):
   flags = base_flags(demo_data, output_dir, do_eval=None, do_predict=None,
                      num_train_epochs=160, log_steps=500, learning_rate=1e-4)
   planned = 1000
-  stderr_path = str(tmp_path / "first_run.stderr")
-  with open(stderr_path, "w") as stderr_file:
-    process = subprocess.Popen([sys.executable, SCRIPT] + flag_list(flags), cwd=REPO_DIR,
-                               env=script_env(), stdout=subprocess.DEVNULL, stderr=stderr_file)
-    try:
-      deadline = time.time() + RUN_TIMEOUT_SECONDS
-      # Poll the `checkpoint` file, not for model.ckpt-*.index: Saver writes the index
-      # first and records it in `checkpoint` after, and only recorded checkpoints resume.
-      while (recorded_checkpoint_step(output_dir) or 0) < 5:
-        assert process.poll() is None, "the run ended before it could be killed:\n" + open(
-            stderr_path).read()[-3000:]
-        assert time.time() < deadline, "no checkpoint at step >= 5 in time"
-        time.sleep(0.02)
-      os.kill(process.pid, signal.SIGKILL)
-    finally:
-      if process.poll() is None:
-        process.kill()
-      process.wait()
-  assert process.returncode == -signal.SIGKILL
+  with cli.RunningScript("run_classifier_mgpu.py", flag_list(flags),
+                         str(tmp_path / "first_run.stderr")) as run:
+    # Poll the `checkpoint` file, not for model.ckpt-*.index: Saver writes the index
+    # first and records it in `checkpoint` after, and only recorded checkpoints resume.
+    run.wait_for(lambda: (recorded_checkpoint_step(output_dir) or 0) >= 5,
+                 "a checkpoint at step >= 5")
+    run.signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
   step_at_kill = recorded_checkpoint_step(output_dir)
   assert 5 <= step_at_kill < planned
 
@@ -690,7 +662,8 @@ def test_towers_times_batch_give_the_same_update_as_one_big_batch(demo_data, tmp
   updates = {}
   for towers, (output_dir, result) in sorted(runs.items()):
     assert_succeeded(result)
-    assert "global batch 8; 0.8 epochs = 5 steps" in result.stderr
+    assert "= global batch 8" in result.stderr
+    assert "50 training examples x 0.8 epochs = 5 steps" in result.stderr
     assert "Initialised from --init_checkpoint" in result.stderr
     latest = tf.train.latest_checkpoint(output_dir)
     assert checkpoint_step(latest) == 5
@@ -705,3 +678,121 @@ def test_towers_times_batch_give_the_same_update_as_one_big_batch(demo_data, tmp
   for towers in (2, 4):
     difference = np.linalg.norm(updates[towers] - updates[1]) / reference_norm
     assert difference <= 1e-3, "%d towers: relative difference %g" % (towers, difference)
+
+
+# ---------------------------------------------------------------------------
+# 5. The loop survives typos, a second run and preemption
+# ---------------------------------------------------------------------------
+
+def test_command_line_mistakes_are_one_line_errors(demo_data, tmp_path):
+  output_dir = str(tmp_path / "model")
+  flags = flag_list(base_flags(demo_data, output_dir))
+  cases = {
+      # tf.app.run alone ignores an undefined flag: this trained on one GPU.
+      "misspelt": (flags + ["--n_gpu=4"],
+                   ["unknown flag --n_gpu", "did you mean --n_gpus?", "--undefok=n_gpu"]),
+      "unknown": (flags + ["--bogus=1"], ["unknown flag --bogus", "--undefok=bogus"]),
+      # `--do_lower_case False` sets nothing: the bare word was ignored.
+      "stray word": (flags + ["--do_lower_case", "False"],
+                     ["unexpected argument 'False'", "--do_train=true"]),
+      "bad value": (flags + ["--n_gpus=two"], ["--n_gpus", "two"]),
+  }
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    results = {name: pool.submit(cli.run_script, "run_classifier_mgpu.py", args)
+               for name, (args, _) in cases.items()}
+    for name, (_, fragments) in cases.items():
+      cli.assert_one_line_error(results[name].result(), *fragments)
+  assert not os.path.exists(output_dir)
+
+
+def test_undefok_and_googles_tpu_flags_are_accepted(demo_data, tmp_path):
+  # A missing data_dir stops the run during validation, after the flags are parsed.
+  flags = base_flags(demo_data, str(tmp_path / "model"), data_dir=str(tmp_path / "missing"))
+  result = cli.run_script("run_classifier_mgpu.py", flag_list(flags) + [
+      "--n_gpu=4", "--undefok=n_gpu", "--use_tpu=false", "--tpu_name=t", "--num_tpu_cores=8",
+      "--iterations_per_loop=100", "--master=m"])
+  cli.assert_one_line_error(result, "--data_dir=%s: no such directory" % flags["data_dir"])
+
+
+def lock_holder_pid(output_dir):
+  try:
+    with open(os.path.join(output_dir, ".bert-mgpu.lock")) as f:
+      return int(f.read().strip() or 0)
+  except (IOError, ValueError):
+    return 0
+
+
+def test_a_second_run_on_a_locked_output_dir_is_refused(demo_data, tmp_path):
+  output_dir = str(tmp_path / "model")
+  long_run = base_flags(demo_data, output_dir, do_eval=None, do_predict=None,
+                        num_train_epochs=400, log_steps=500)
+  with cli.RunningScript("run_classifier_mgpu.py", flag_list(long_run),
+                         str(tmp_path / "first.stderr")) as first:
+    first.wait_for(lambda: lock_holder_pid(output_dir) == first.process.pid,
+                   "the first run taking the lock")
+    second = run_classifier(base_flags(demo_data, output_dir))
+    cli.assert_one_line_error(second, "--output_dir=%s is in use by another run (process %d"
+                              % (output_dir, first.process.pid))
+    assert first.process.poll() is None
+    first.signal(signal.SIGKILL)
+    assert first.wait() == -signal.SIGKILL
+  # The kernel dropped the killed run's lock: a new run may take it at once.
+  take_lock = subprocess.run(
+      [sys.executable, "-c", "import runner; runner.lock_output_dir(%r); print('locked')" %
+       output_dir], cwd=cli.REPO_DIR, env=cli.script_env(), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, encoding="utf-8", timeout=120)
+  assert take_lock.returncode == 0 and take_lock.stdout.strip() == "locked", take_lock.stderr
+
+
+def all_variables(checkpoint):
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_preempted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(
+    demo_data, tmp_path, signum):
+  root = str(tmp_path)
+  no_dropout_config = os.path.join(root, "bert_config.json")
+  write_json(no_dropout_config,
+             dict(demo_data.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+  planned = 400  # 50 x 64 / 8
+
+  def flags(output_dir):
+    # do_eval with checkpoints every 1000 steps: the only evaluation is the final one, so a
+    # best/ directory after the stop would mean the preemption checkpoint was evaluated.
+    return flag_list(base_flags(
+        demo_data, output_dir, bert_config_file=no_dropout_config, do_predict=None,
+        num_train_epochs=64, save_checkpoints_steps=1000, log_steps=1, learning_rate=1e-3))
+
+  straight_dir, stopped_dir = os.path.join(root, "straight"), os.path.join(root, "stopped")
+  with cli.RunningScript("run_classifier_mgpu.py", flags(stopped_dir),
+                         os.path.join(root, "stopped.stderr")) as run:
+    run.wait_for(lambda: re.search(r"step 2\d/%d " % planned, run.stderr()), "step 20")
+    run.signal(signum)
+    code = run.wait()
+    stderr = run.stderr()
+  assert code == 128 + signum, stderr[-3000:]
+  assert "Traceback" not in stderr, stderr[-3000:]
+  match = re.search(r"Stopped by (SIGTERM|Ctrl-C) at step (\d+) of %d; saved (\S+)\. Run the "
+                    r"same command again to resume from it\." % planned, stderr)
+  assert match, stderr[-3000:]
+  stopped_step = int(match.group(2))
+  assert 20 <= stopped_step < planned
+  assert checkpoint_step(tf.train.latest_checkpoint(stopped_dir)) == stopped_step
+  assert not os.path.exists(os.path.join(stopped_dir, "best"))
+  assert not os.path.exists(os.path.join(stopped_dir, "eval_results.txt"))
+  if signum == signal.SIGINT:
+    return  # the resume below is the same for both signals
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    straight, resumed = pool.map(lambda d: cli.run_script("run_classifier_mgpu.py", flags(d)),
+                                 (straight_dir, stopped_dir))
+  assert_succeeded(straight)
+  assert_succeeded(resumed)
+  assert "Resuming from" in resumed.stderr and "(step %d of %d)" % (stopped_step, planned) \
+      in resumed.stderr
+  final = [all_variables(tf.train.latest_checkpoint(d)) for d in (straight_dir, stopped_dir)]
+  assert set(final[0]) == set(final[1]) and "output_weights/adam_v" in final[0]
+  for name in final[0]:
+    np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)

@@ -11,24 +11,19 @@ import json
 import os
 import random
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_DIR = os.path.dirname(TESTS_DIR)
+import cli
+import create_pretraining_data
+import modeling
+import multigpu
+import numpy_bert
+import optimization
+import run_pretraining_mgpu
 
-import create_pretraining_data  # pylint: disable=g-import-not-at-top
-import modeling  # pylint: disable=g-import-not-at-top
-import multigpu  # pylint: disable=g-import-not-at-top
-import numpy_bert  # pylint: disable=g-import-not-at-top
-import optimization  # pylint: disable=g-import-not-at-top
-import run_pretraining_mgpu  # pylint: disable=g-import-not-at-top
-
-SCRIPT = os.path.join(REPO_DIR, "run_pretraining_mgpu.py")
 NUM_WORDS = 24
 MAX_SEQ_LENGTH = 32
 MAX_PREDICTIONS = 5
@@ -48,7 +43,6 @@ EVAL_KEYS = {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
              "next_sentence_accuracy", "next_sentence_loss"}
 TRAIN_STEPS = 600
 RESUME_STEPS = 640
-RUN_TIMEOUT_SECONDS = 300
 
 
 def write_corpus(path, rng):
@@ -64,12 +58,9 @@ def write_corpus(path, rng):
 
 
 def run_script(args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run([sys.executable, SCRIPT] + args, cwd=REPO_DIR, env=env,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                        timeout=RUN_TIMEOUT_SECONDS)
-  log = proc.stdout.decode("utf-8", "replace")
-  return proc.returncode, log
+  """Runs the script to the end; returns (exit code, stdout and stderr)."""
+  result = cli.run_script("run_pretraining_mgpu.py", args)
+  return result.returncode, result.stdout + result.stderr
 
 
 def read_eval_results(output_dir):
@@ -232,7 +223,7 @@ def test_wrong_record_length_is_reported(workspace):
 
 
 def numpy_heads(weights, config, features):
-  """The masked-LM and next-sentence losses, straight from REFERENCE.md 3, in float64."""
+  """The masked-LM and next-sentence losses in float64, from docs/FORMATS.md section 3."""
   out = numpy_bert.bert_forward(weights, config, features["input_ids"],
                                 features["input_mask"], features["segment_ids"])
   w = {k: np.asarray(v, np.float64) for k, v in weights.items()}

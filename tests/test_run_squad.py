@@ -30,15 +30,13 @@ import sys
 import pytest
 import tensorflow.compat.v1 as tf
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_DIR = os.path.dirname(TESTS_DIR)
+import cli
+from cli import assert_succeeded
+import modeling
+import reference_tokenizer
+import run_squad_mgpu
 
-import modeling  # pylint: disable=g-import-not-at-top
-import reference_tokenizer  # pylint: disable=g-import-not-at-top
-import run_squad_mgpu  # pylint: disable=g-import-not-at-top
-
-SCRIPT = os.path.join(REPO_DIR, "run_squad_mgpu.py")
-MAKE_DATA = os.path.join(REPO_DIR, "scripts", "make_squad_data.py")
+MAKE_DATA = cli.script_path(os.path.join("scripts", "make_squad_data.py"))
 
 MAX_SEQ_LENGTH = 64
 DOC_STRIDE = 24
@@ -64,29 +62,14 @@ DEV_QUESTIONS = 101
 F1_MARGIN = 50.0
 MIN_TRAINED_F1 = 80.0
 
-# A subprocess that does not finish in this time has hung.
-RUN_TIMEOUT_SECONDS = 300
-
 
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
 
-def script_env():
-  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-
-
 def run_squad(args):
   """Runs run_squad_mgpu.py to the end; returns the CompletedProcess (text output)."""
-  return subprocess.run(
-      [sys.executable, SCRIPT] + args, cwd=REPO_DIR, env=script_env(),
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
-      timeout=RUN_TIMEOUT_SECONDS)
-
-
-def assert_succeeded(result):
-  assert result.returncode == 0, "run failed:\n%s" % result.stderr[-5000:]
-  assert "Traceback" not in result.stderr, result.stderr[-5000:]
+  return cli.run_script("run_squad_mgpu.py", args)
 
 
 def read_json(path):

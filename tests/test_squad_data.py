@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Unit tests of run_squad_mgpu.py's data path, prediction and scoring.
+"""Unit tests of squad_data.py and squad_scoring.py: the data path, prediction and scoring.
 
 Oracles are independent of the code under test: the answer texts themselves
 (cutting a target span out of the context must give the answer back), straight
@@ -10,14 +10,16 @@ n-best) and of the SQuAD/CMRC 2018 scorers, and values computed by hand.
 import collections
 import json
 import math
+import os
 import random
 
 import numpy as np
 import pytest
 
-import multigpu
 import reference_tokenizer
-import run_squad_mgpu as squad
+import runner
+import squad_data
+import squad_scoring
 import tokenization
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -158,12 +160,12 @@ def check_answer_windows(example, features):
 def test_training_targets_cut_out_the_answer(tmp_path, tokenizer, context, answer,
                                              occurrence):
   path = write_squad(tmp_path, [(context, [qa("q", context, answer, occurrence=occurrence)])])
-  examples, counts = squad.read_squad_examples(path, True, False)
+  examples, counts = squad_data.read_squad_examples(path, True, False)
   assert counts == {}
   (example,) = examples
   assert example.context_text[example.answer_start:example.answer_end] == answer
   counts = collections.Counter()
-  features = list(squad.convert_examples_to_features(
+  features = list(squad_data.convert_examples_to_features(
       examples, tokenizer, max_seq_length=64, doc_stride=16, max_query_length=8,
       is_training=True, counts=counts))
   with_answer, without_answer = check_answer_windows(example, features)
@@ -180,21 +182,21 @@ def test_predicted_text_is_the_answer_exactly(tmp_path, tokenizer, context, answ
                                               occurrence):
   """Logits peaked on the answer's tokens predict exactly the answer text."""
   path = write_squad(tmp_path, [(context, [qa("q", context, answer, occurrence=occurrence)])])
-  train_examples, _ = squad.read_squad_examples(path, True, False)
-  predict_examples, _ = squad.read_squad_examples(path, False, False)
+  train_examples, _ = squad_data.read_squad_examples(path, True, False)
+  predict_examples, _ = squad_data.read_squad_examples(path, False, False)
   assert predict_examples[0].gold_answers == [answer]
   args = dict(tokenizer=tokenizer, max_seq_length=64, doc_stride=16, max_query_length=8,
               counts=collections.Counter())
-  (train_feature,) = list(squad.convert_examples_to_features(train_examples, is_training=True,
+  (train_feature,) = list(squad_data.convert_examples_to_features(train_examples, is_training=True,
                                                              **args))
-  (feature,) = list(squad.convert_examples_to_features(predict_examples, is_training=False,
+  (feature,) = list(squad_data.convert_examples_to_features(predict_examples, is_training=False,
                                                        **args))
   assert feature.start_position == feature.end_position == 0
   start_logits = np.zeros([1, 64], np.float32)
   end_logits = np.zeros([1, 64], np.float32)
   start_logits[0, train_feature.start_position] = 5.0
   end_logits[0, train_feature.end_position] = 5.0
-  predictions, _, _ = squad.predict_answers(predict_examples, [feature], start_logits,
+  predictions, _, _ = squad_data.predict_answers(predict_examples, [feature], start_logits,
                                             end_logits, 20, 30, False, 0.0)
   assert predictions == {"q": answer}
 
@@ -208,8 +210,8 @@ def test_decomposed_accent_answer_is_cut_whole(tmp_path, tokenizer, context, ans
   """Context and answer typed with combining accents (NFD text, common from macOS):
   the cut target must still be the answer text, the final accent included."""
   path = write_squad(tmp_path, [(context, [qa("q", context, answer)])])
-  examples, _ = squad.read_squad_examples(path, True, False)
-  features = list(squad.convert_examples_to_features(
+  examples, _ = squad_data.read_squad_examples(path, True, False)
+  features = list(squad_data.convert_examples_to_features(
       examples, tokenizer, 64, 16, 8, True, collections.Counter()))
   assert check_answer_windows(examples[0], features) == (1, 0)
 
@@ -227,9 +229,9 @@ def test_long_context_windows(tmp_path, tokenizer, answer_token_start, answer_le
   question = u"哪里？"  # 3 tokens: max_tokens_for_doc = 16 - 3 - 3 = 10
   path = write_squad(tmp_path, [(LONG_CONTEXT, [(u"q", question, [(answer, char_start)],
                                                  False)])])
-  examples, _ = squad.read_squad_examples(path, True, False)
+  examples, _ = squad_data.read_squad_examples(path, True, False)
   counts = collections.Counter()
-  features = list(squad.convert_examples_to_features(
+  features = list(squad_data.convert_examples_to_features(
       examples, tokenizer, max_seq_length=16, doc_stride=4, max_query_length=8,
       is_training=True, counts=counts))
   windows = google_doc_spans(30, 10, 4)
@@ -266,9 +268,9 @@ def test_long_context_windows(tmp_path, tokenizer, answer_token_start, answer_le
 
 def test_answer_in_second_and_third_windows_only(tmp_path, tokenizer):
   path = write_squad(tmp_path, [(LONG_CONTEXT, [(u"q", u"哪里？", [(u"十一二", 11)], False)])])
-  examples, _ = squad.read_squad_examples(path, True, False)
+  examples, _ = squad_data.read_squad_examples(path, True, False)
   counts = collections.Counter()
-  features = list(squad.convert_examples_to_features(examples, tokenizer, 16, 4, 8, True,
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, 16, 4, 8, True,
                                                      counts))
   # Windows start at tokens 0, 4, 8, 12, 16, 20; the answer is tokens 9-11.
   assert [f.start_position > 0 for f in features] == [False, True, True, False, False, False]
@@ -280,8 +282,8 @@ def test_answer_in_second_and_third_windows_only(tmp_path, tokenizer):
 def test_input_ids_are_cls_question_sep_window_sep(tmp_path, tokenizer):
   context = u"北京是中国的首都"
   path = write_squad(tmp_path, [(context, [(u"q", u"首都在哪里？", [], False)])])
-  examples, _ = squad.read_squad_examples(path, False, False)
-  (feature,) = list(squad.convert_examples_to_features(
+  examples, _ = squad_data.read_squad_examples(path, False, False)
+  (feature,) = list(squad_data.convert_examples_to_features(
       examples, tokenizer, 24, 8, max_query_length=4, is_training=False,
       counts=collections.Counter()))
   tokens = [u"[CLS]", u"首", u"都", u"在", u"哪", u"[SEP]"] + list(context) + [u"[SEP]"]
@@ -291,23 +293,23 @@ def test_input_ids_are_cls_question_sep_window_sep(tmp_path, tokenizer):
 
 def test_locate_answer_nearest_occurrence_and_counts(tmp_path):
   context = u"北京和北京和北京"   # occurrences at 0, 3, 6
-  assert squad.locate_answer(context, u"北京", 3) == (3, 5, False)
-  assert squad.locate_answer(context, u"北京", 4) == (3, 5, True)
-  assert squad.locate_answer(context, u"北京", 1) == (0, 2, True)
-  assert squad.locate_answer(context, u"北京", 7) == (6, 8, True)
-  assert squad.locate_answer(context, u"北京", 100) == (6, 8, True)
-  assert squad.locate_answer(context, u"上海", 0) is None
+  assert squad_data.locate_answer(context, u"北京", 3) == (3, 5, False)
+  assert squad_data.locate_answer(context, u"北京", 4) == (3, 5, True)
+  assert squad_data.locate_answer(context, u"北京", 1) == (0, 2, True)
+  assert squad_data.locate_answer(context, u"北京", 7) == (6, 8, True)
+  assert squad_data.locate_answer(context, u"北京", 100) == (6, 8, True)
+  assert squad_data.locate_answer(context, u"上海", 0) is None
   path = write_squad(tmp_path, [(context, [
       (u"moved", u"哪里？", [(u"北京", 5)], False),
       (u"exact", u"哪里？", [(u"北京", 6)], False),
       (u"missing", u"哪里？", [(u"上海", 0)], False),
       (u"moved2", u"哪里？", [(u"和北京", 0)], False)])])
-  examples, counts = squad.read_squad_examples(path, True, False)
+  examples, counts = squad_data.read_squad_examples(path, True, False)
   assert [e.qas_id for e in examples] == [u"moved", u"exact", u"moved2"]
   assert [(e.answer_start, e.answer_end) for e in examples] == [(6, 8), (6, 8), (2, 5)]
   assert counts == {"answers_moved": 2, "answers_not_found": 1}
   # Not training: nothing is located, nothing skipped; the golds are kept.
-  examples, counts = squad.read_squad_examples(path, False, False)
+  examples, counts = squad_data.read_squad_examples(path, False, False)
   assert len(examples) == 4 and counts == {}
   assert examples[2].gold_answers == [u"上海"]
 
@@ -315,8 +317,8 @@ def test_locate_answer_nearest_occurrence_and_counts(tmp_path):
 def test_locate_answer_overlapping_occurrences():
   """Occurrences may overlap: "哈哈" is at 0, 1, 2 and 3 of "哈哈哈哈哈", so for a stale
   answer_start of 4 the nearest is 3."""
-  assert squad.locate_answer(u"哈哈哈哈哈", u"哈哈", 4) == (3, 5, True)
-  assert squad.locate_answer(u"ababab", u"abab", 3)[:2] == (2, 6)
+  assert squad_data.locate_answer(u"哈哈哈哈哈", u"哈哈", 4) == (3, 5, True)
+  assert squad_data.locate_answer(u"ababab", u"abab", 3)[:2] == (2, 6)
 
 
 def test_locate_answer_matches_brute_force():
@@ -326,7 +328,7 @@ def test_locate_answer_matches_brute_force():
     answer = u"".join(rng.choice(u"ab北") for _ in range(rng.randint(1, 3)))
     answer_start = rng.randint(0, 11)
     occurrences = [i for i in range(len(context)) if context.startswith(answer, i)]
-    result = squad.locate_answer(context, answer, answer_start)
+    result = squad_data.locate_answer(context, answer, answer_start)
     if not occurrences:
       assert result is None
       continue
@@ -341,11 +343,11 @@ def test_v2_impossible_training_questions(tmp_path, tokenizer):
   context = u"北京是中国的首都"
   path = write_squad(tmp_path, [(context, [
       (u"no", u"哪里？", [], True), qa(u"yes", context, u"首都")])], version="v2.0")
-  examples, counts = squad.read_squad_examples(path, True, True)
+  examples, counts = squad_data.read_squad_examples(path, True, True)
   assert [e.is_impossible for e in examples] == [True, False]
   assert examples[0].gold_answers == [u""]
   counts = collections.Counter()
-  features = list(squad.convert_examples_to_features(examples, tokenizer, 32, 8, 8, True,
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, 32, 8, 8, True,
                                                      counts))
   assert [(f.start_position, f.end_position, f.is_impossible) for f in features] == [
       (0, 0, True), (5 + 6, 5 + 7, False)]
@@ -356,8 +358,8 @@ def test_v2_impossible_training_questions(tmp_path, tokenizer):
 def test_empty_context_gets_one_window(tmp_path, tokenizer):
   path = write_squad(tmp_path, [(u"", [(u"q", u"哪里？", [], False)]),
                                 (u" \x00 ", [(u"r", u"哪里？", [], False)])])
-  examples, _ = squad.read_squad_examples(path, False, False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, 16, 4, 8, False,
+  examples, _ = squad_data.read_squad_examples(path, False, False)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, 16, 4, 8, False,
                                                      collections.Counter()))
   assert [f.example_index for f in features] == [0, 1]
   for feature in features:
@@ -374,13 +376,13 @@ def test_doc_windows_and_max_context_match_google():
   for num_tokens in range(0, 41):
     for max_tokens in (1, 2, 3, 5, 8, 13):
       for stride in (1, 2, 3, 4, 7, 13, 20):
-        windows = squad.doc_windows(num_tokens, max_tokens, stride)
+        windows = squad_data.doc_windows(num_tokens, max_tokens, stride)
         expected = google_doc_spans(num_tokens, max_tokens, stride)
         assert windows == expected, (num_tokens, max_tokens, stride)
         # Every token is the max-context token of exactly one window.
         owners = collections.Counter()
         for index, (start, length) in enumerate(windows):
-          flags = squad.max_context_flags(windows, index)
+          flags = squad_data.max_context_flags(windows, index)
           assert flags == [google_is_max_context(windows, index, p)
                            for p in range(start, start + length)]
           owners.update(p for p, flag in zip(range(start, start + length), flags) if flag)
@@ -391,16 +393,16 @@ def test_doc_windows_and_max_context_match_google():
 
 
 def test_doc_windows_hand_checked():
-  assert squad.doc_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
-  assert squad.doc_windows(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
-  assert squad.doc_windows(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]   # stride capped at length
-  assert squad.doc_windows(3, 4, 2) == [(0, 3)]
-  assert squad.doc_windows(0, 4, 2) == [(0, 0)]
+  assert squad_data.doc_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+  assert squad_data.doc_windows(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
+  assert squad_data.doc_windows(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]   # stride capped at length
+  assert squad_data.doc_windows(3, 4, 2) == [(0, 3)]
+  assert squad_data.doc_windows(0, 4, 2) == [(0, 0)]
   windows = [(0, 4), (2, 4)]
   # Token 2: window 0 scores min(2, 1) + 0.04 = 1.04, window 1 min(0, 3) + 0.04.
-  assert squad.max_context_flags(windows, 0) == [True, True, True, False]
+  assert squad_data.max_context_flags(windows, 0) == [True, True, True, False]
   # Token 3: window 0 scores min(3, 0) + 0.04, window 1 min(1, 2) + 0.04 = 1.04.
-  assert squad.max_context_flags(windows, 1) == [False, True, True, True]
+  assert squad_data.max_context_flags(windows, 1) == [False, True, True, True]
 
 
 # ---------------------------------------------------------------------------
@@ -415,7 +417,7 @@ def make_feature(example_index, spans, question_length, max_seq_length, max_cont
   assert padding >= 1
   if max_context is None:
     max_context = [True] * len(spans)
-  return squad.InputFeatures(
+  return squad_data.InputFeatures(
       unique_id=0, example_index=example_index, doc_span_index=0,
       token_starts=[-1] * offset + [s for s, _ in spans] + [-1] * padding,
       token_ends=[-1] * offset + [e for _, e in spans] + [-1] * padding,
@@ -431,14 +433,14 @@ def logits_with(length, values):
   return row
 
 
-HELLO = squad.SquadExample(u"h", u"q", u"Hello big world")
+HELLO = squad_data.SquadExample(u"h", u"q", u"Hello big world")
 HELLO_SPANS = [(0, 5), (6, 9), (10, 15)]  # positions 4, 5, 6 with a 2-token question
 
 
 def predict_one(starts, ends, n_best_size=20, max_answer_length=30, max_context=None,
                 version_2=False, threshold=0.0, example=HELLO, spans=HELLO_SPANS):
   feature = make_feature(0, spans, 2, 10, max_context)
-  return squad.predict_answers([example], [feature], np.stack([logits_with(10, starts)]),
+  return squad_data.predict_answers([example], [feature], np.stack([logits_with(10, starts)]),
                                np.stack([logits_with(10, ends)]), n_best_size,
                                max_answer_length, version_2, threshold)
 
@@ -496,18 +498,18 @@ def test_predict_only_looks_at_the_top_n_logits_of_context_tokens():
 
 
 def test_predicted_text_is_cut_from_the_original_context():
-  example = squad.SquadExample(u"c", u"q", u"  \x07北京\x00大学 Café Müller!")
+  example = squad_data.SquadExample(u"c", u"q", u"  \x07北京\x00大学 Café Müller!")
   spans = [(3, 4), (4, 5), (6, 7), (7, 8), (9, 13), (14, 16), (16, 20), (20, 21)]
   assert len(spans) == 8
   feature = make_feature(0, spans, 1, 12)
   start_logits = np.stack([logits_with(12, {3: 5.0})])
   end_logits = np.stack([logits_with(12, {6: 5.0})])
-  predictions, _, _ = squad.predict_answers([example], [feature], start_logits, end_logits,
+  predictions, _, _ = squad_data.predict_answers([example], [feature], start_logits, end_logits,
                                             5, 30, False, 0.0)
   assert predictions == {u"c": u"北京\x00大学"}
   start_logits = np.stack([logits_with(12, {7: 5.0})])
   end_logits = np.stack([logits_with(12, {9: 5.0})])
-  predictions, _, _ = squad.predict_answers([example], [feature], start_logits, end_logits,
+  predictions, _, _ = squad_data.predict_answers([example], [feature], start_logits, end_logits,
                                             5, 30, False, 0.0)
   assert predictions == {u"c": u"Café Müller"}
 
@@ -523,7 +525,7 @@ def test_nbest_deduplicated_bounded_and_probabilities():
   start_logits[:, 4:7] += 10.0
   end_logits[:, 4:7] += 10.0
   for n_best_size in (1, 2, 3, 4, 10):
-    predictions, nbest, null_odds = squad.predict_answers(
+    predictions, nbest, null_odds = squad_data.predict_answers(
         [HELLO], [feature_a, feature_b], start_logits, end_logits, n_best_size, 30, False,
         0.0)
     entries = nbest[u"h"]
@@ -575,7 +577,7 @@ def test_v2_null_score_is_the_minimum_over_windows():
   feature_b = make_feature(0, HELLO_SPANS, 2, 10, max_context=[False, False, False])
   start_logits = np.stack([logits_with(10, {0: 3.0, 5: 2.0}), logits_with(10, {0: 0.5})])
   end_logits = np.stack([logits_with(10, {0: 3.0, 5: 2.0}), logits_with(10, {0: 1.0})])
-  predictions, nbest, null_odds = squad.predict_answers(
+  predictions, nbest, null_odds = squad_data.predict_answers(
       [HELLO], [feature_a, feature_b], start_logits, end_logits, 20, 30, True, 0.0)
   # min(6, 1.5) - (2 + 2) = -2.5: answered.
   assert null_odds == {u"h": pytest.approx(-2.5)}
@@ -593,15 +595,15 @@ def test_every_question_gets_a_prediction(tmp_path, tokenizer):
       (LONG_CONTEXT, [(u"long", u"哪里？", [], False)]),
   ]
   path = write_squad(tmp_path, paragraphs)
-  examples, _ = squad.read_squad_examples(path, False, False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, 16, 4, 8, False,
+  examples, _ = squad_data.read_squad_examples(path, False, False)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, 16, 4, 8, False,
                                                      collections.Counter()))
   rng = np.random.RandomState(1)
   start_logits = rng.randn(len(features), 16).astype(np.float32)
   end_logits = rng.randn(len(features), 16).astype(np.float32)
   ids = [e.qas_id for e in examples]
   for version_2 in (False, True):
-    predictions, nbest, null_odds = squad.predict_answers(
+    predictions, nbest, null_odds = squad_data.predict_answers(
         examples, features, start_logits, end_logits, 5, 3, version_2, 0.0)
     assert list(predictions) == ids and list(nbest) == ids
     assert list(null_odds) == (ids if version_2 else [])
@@ -665,7 +667,7 @@ def reference_predictions(examples, features, start_logits, end_logits, n_best_s
     if not version_2:
       predictions[example.qas_id] = nbest[0][3]
     elif not non_null:
-      all_odds[example.qas_id] = squad.NO_SPAN_NULL_ODDS
+      all_odds[example.qas_id] = squad_data.NO_SPAN_NULL_ODDS
       predictions[example.qas_id] = u""
     else:
       best = non_null[0]
@@ -680,8 +682,8 @@ def test_predict_matches_google_rules_on_random_logits(tmp_path, tokenizer):
   paragraphs = [(context, [(u"%d-%d" % (i, j), u"哪里？", [], False) for j in range(2)])
                 for i, context in enumerate(contexts)]
   path = write_squad(tmp_path, paragraphs)
-  examples, _ = squad.read_squad_examples(path, False, False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, 20, 5, 8, False,
+  examples, _ = squad_data.read_squad_examples(path, False, False)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, 20, 5, 8, False,
                                                      collections.Counter()))
   assert len(features) > len(examples) + 4
   rng = np.random.RandomState(3)
@@ -693,7 +695,7 @@ def test_predict_matches_google_rules_on_random_logits(tmp_path, tokenizer):
     max_answer_length = (1, 2, 4, 30)[(trial // 4) % 4]
     version_2 = trial % 3 == 0
     threshold = (-1.0, 0.0, 1.5)[trial % 3]
-    got = squad.predict_answers(examples, features, start_logits, end_logits, n_best_size,
+    got = squad_data.predict_answers(examples, features, start_logits, end_logits, n_best_size,
                                 max_answer_length, version_2, threshold)
     want = reference_predictions(examples, features, start_logits, end_logits, n_best_size,
                                  max_answer_length, version_2, threshold)
@@ -722,7 +724,7 @@ def test_predict_matches_google_rules_on_random_logits(tmp_path, tokenizer):
     (u"Café", u"café"),
 ])
 def test_normalize_english_answer(text, expected):
-  assert squad.normalize_english_answer(text) == expected
+  assert squad_scoring.normalize_english_answer(text) == expected
 
 
 @pytest.mark.parametrize("prediction,gold,exact,f1", [
@@ -737,7 +739,7 @@ def test_normalize_english_answer(text, expected):
     (u"New York", u"new  york.", 1.0, 1.0),
 ])
 def test_english_exact_and_f1(prediction, gold, exact, f1):
-  got_exact, got_f1 = squad.english_exact_and_f1(prediction, gold)
+  got_exact, got_f1 = squad_scoring.english_exact_and_f1(prediction, gold)
   assert got_exact == exact
   assert got_f1 == pytest.approx(f1)
 
@@ -756,7 +758,7 @@ def test_english_exact_and_f1(prediction, gold, exact, f1):
     (u"。，！", []),
 ])
 def test_chinese_segments(text, expected):
-  assert squad.chinese_segments(text) == expected
+  assert squad_scoring.chinese_segments(text) == expected
 
 
 @pytest.mark.parametrize("prediction,gold,exact,f1", [
@@ -776,13 +778,13 @@ def test_chinese_segments(text, expected):
     (u" 北京 ", u"北京", 1.0, 1.0),                     # ... after strip()
 ])
 def test_chinese_exact_and_f1(prediction, gold, exact, f1):
-  got_exact, got_f1 = squad.chinese_exact_and_f1(prediction, gold)
+  got_exact, got_f1 = squad_scoring.chinese_exact_and_f1(prediction, gold)
   assert got_exact == exact
   assert got_f1 == pytest.approx(f1)
 
 
 def make_examples(golds):
-  return [squad.SquadExample(qid, u"q", u"c", gold_answers=list(answers))
+  return [squad_data.SquadExample(qid, u"q", u"c", gold_answers=list(answers))
           for qid, answers in golds]
 
 
@@ -793,7 +795,7 @@ def test_score_predictions_v1_max_over_golds():
       (u"3", [u"Santa Clara, California"]),
       (u"4", [])])  # no gold: not scored
   predictions = {u"1": u"the Broncos", u"2": u"Panthers team", u"3": u"Santa", u"4": u"x"}
-  results = squad.score_predictions(examples, predictions, "squad")
+  results = squad_scoring.score_predictions(examples, predictions, "squad")
   # 1: exact 1 (second gold), f1 1. 2: exact 0, f1 max(1/2 vs {carolina, panthers},
   # P 1 R 2/3 -> 4/5 vs {panthers, football, team}). 3: exact 0, f1 P 1 R 1/3 -> 1/2.
   assert results["total"] == 3
@@ -806,7 +808,7 @@ def test_score_predictions_cmrc2018():
   examples = make_examples([(u"1", [u"北京", u"北京市"]), (u"2", [u"《三体》"]),
                             (u"3", [u"2018年"])])
   predictions = {u"1": u"北京市区", u"2": u"三体", u"3": u"在2018年"}
-  results = squad.score_predictions(examples, predictions, "cmrc2018")
+  results = squad_scoring.score_predictions(examples, predictions, "cmrc2018")
   # 1: vs 北京 P 2/4 R 1 -> 2/3; vs 北京市 P 3/4 R 1 -> 6/7. 2: exact. 3: P 2/3 R 1 -> 4/5.
   assert results["exact_match"] == pytest.approx(100.0 / 3)
   assert results["f1"] == pytest.approx(100.0 * (6.0 / 7 + 1 + 0.8) / 3)
@@ -824,7 +826,7 @@ def test_score_predictions_v2_hand_computed():
            u"q4": [{"text": u"Santa Clara"}, {"text": u""}],
            u"q5": [{"text": u""}, {"text": u"Levi's Stadium"}]}
   null_odds = {u"q1": -2.0, u"q2": -1.0, u"q3": 3.0, u"q4": -0.5, u"q5": 0.5}
-  results = squad.score_predictions(examples, predictions, "squad", null_odds, nbest)
+  results = squad_scoring.score_predictions(examples, predictions, "squad", null_odds, nbest)
   assert results["total"] == 5
   assert results["exact_match"] == pytest.approx(40.0)        # q1, q3
   assert results["f1"] == pytest.approx(50.0)                 # 1 + 1/2 + 1
@@ -856,16 +858,16 @@ def score_at(threshold, best_scores, null_odds, has_answer):
 def test_best_null_threshold_hand_checked():
   has = {u"a": True, u"b": False, u"c": True}
   # Answering nothing is best: the threshold must be below every null_odds.
-  best, threshold = squad.best_null_threshold({u"a": 0.0, u"c": 0.0},
+  best, threshold = squad_scoring.best_null_threshold({u"a": 0.0, u"c": 0.0},
                                               {u"a": 1.0, u"b": 2.0, u"c": 3.0}, has)
   assert best == pytest.approx(100.0 / 3)
   assert threshold < 1.0
   # A tie in null_odds: a and b share 1.0, so answering a means answering b too.
-  best, threshold = squad.best_null_threshold({u"a": 1.0, u"c": 0.0},
+  best, threshold = squad_scoring.best_null_threshold({u"a": 1.0, u"c": 0.0},
                                               {u"a": 1.0, u"b": 1.0, u"c": 3.0}, has)
   assert best == pytest.approx(100.0 / 3)   # answering {a, b}: 1 + 0 + 0; none: 1
   assert threshold < 1.0
-  best, threshold = squad.best_null_threshold({u"a": 1.0, u"c": 1.0},
+  best, threshold = squad_scoring.best_null_threshold({u"a": 1.0, u"c": 1.0},
                                               {u"a": 1.0, u"b": 1.0, u"c": 0.5}, has)
   assert best == pytest.approx(200.0 / 3)   # answer c only: 1 + 1 + 0
   assert threshold == 0.5
@@ -880,7 +882,7 @@ def test_best_null_threshold_matches_brute_force():
     # Few distinct odds: plenty of ties.
     null_odds = {q: float(rng.randint(-3, 3)) / 2 for q in ids}
     best_scores = {q: rng.choice([0.0, 0.25, 0.5, 1.0]) for q in ids if has_answer[q]}
-    best, threshold = squad.best_null_threshold(best_scores, null_odds, has_answer)
+    best, threshold = squad_scoring.best_null_threshold(best_scores, null_odds, has_answer)
     candidates = [min(null_odds.values()) - 1.0] + sorted(set(null_odds.values()))
     scores = [score_at(t, best_scores, null_odds, has_answer) for t in candidates]
     assert best == pytest.approx(100.0 * max(scores) / size), (trial, null_odds)
@@ -897,11 +899,11 @@ def test_best_null_threshold_matches_brute_force():
 
 
 def test_choose_scoring():
-  chinese = squad.SquadExample(u"1", u"q", u"北京是首都")
-  english = squad.SquadExample(u"2", u"q", u"Paris is the capital")
-  assert squad.choose_scoring([chinese, chinese, english]) == "cmrc2018"
-  assert squad.choose_scoring([chinese, english, english]) == "squad"
-  assert squad.choose_scoring([chinese, english]) == "squad"
+  chinese = squad_data.SquadExample(u"1", u"q", u"北京是首都")
+  english = squad_data.SquadExample(u"2", u"q", u"Paris is the capital")
+  assert squad_scoring.choose_scoring([chinese, chinese, english]) == "cmrc2018"
+  assert squad_scoring.choose_scoring([chinese, english, english]) == "squad"
+  assert squad_scoring.choose_scoring([chinese, english]) == "squad"
 
 
 # ---------------------------------------------------------------------------
@@ -916,8 +918,8 @@ def write_raw(tmp_path, content, name="bad.json"):
 
 
 def read_error(path, is_training=True, version_2=False):
-  with pytest.raises(multigpu.UsageError) as info:
-    squad.read_squad_examples(path, is_training, version_2)
+  with pytest.raises(runner.UsageError) as info:
+    squad_data.read_squad_examples(path, is_training, version_2)
   message = str(info.value)
   assert path in message
   return message
@@ -940,8 +942,8 @@ def test_invalid_json_names_the_file(tmp_path):
   assert "line 2" in read_error(write_raw(tmp_path, b'{"data": []\n\xff\xfe}', "latin.json"))
   read_error(write_raw(tmp_path, u'{"version": "1.1"}', name="nodata.json"))
   read_error(write_raw(tmp_path, u'[1, 2]', name="list.json"))
-  with pytest.raises(multigpu.UsageError) as info:
-    squad.read_squad_examples(str(tmp_path / "missing.json"), True, False)
+  with pytest.raises(runner.UsageError) as info:
+    squad_data.read_squad_examples(str(tmp_path / "missing.json"), True, False)
   assert "missing.json" in str(info.value)
 
 
@@ -993,12 +995,12 @@ def test_v1_training_question_without_answers(tmp_path):
   assert "data[0].paragraphs[0].qas[1]" in message
   assert "q9" in message
   # Fine for prediction, and for v2 when marked impossible.
-  examples, _ = squad.read_squad_examples(path, False, False)
+  examples, _ = squad_data.read_squad_examples(path, False, False)
   assert [e.gold_answers for e in examples] == [[u"北京"], []]
   path = write_raw(tmp_path, squad_json([
       {"context": u"北京", "qas": [good_question(id="q9", answers=[], is_impossible=True)]}]),
       "v2.json")
-  examples, _ = squad.read_squad_examples(path, True, True)
+  examples, _ = squad_data.read_squad_examples(path, True, True)
   assert examples[0].is_impossible and examples[0].gold_answers == [u""]
   # A v2 file read as v1 training: the impossible question has no answer.
   assert "q9" in read_error(path, is_training=True, version_2=False)
@@ -1009,7 +1011,7 @@ def test_reads_utf8_with_bom_and_keeps_order(tmp_path):
       {"context": u"北京是首都", "qas": [good_question(id="b"), good_question(id="a")]},
       {"context": u"首都北京", "qas": [good_question(
           id="c", answers=[{"text": u"北京", "answer_start": 2}])]}]).encode("utf-8"))
-  examples, counts = squad.read_squad_examples(path, True, False)
+  examples, counts = squad_data.read_squad_examples(path, True, False)
   assert [e.qas_id for e in examples] == [u"b", u"a", u"c"]
   assert [(e.answer_start, e.answer_end) for e in examples] == [(0, 2), (0, 2), (2, 4)]
   assert counts == {}
@@ -1027,9 +1029,9 @@ def test_all_tricky_contexts_together(tmp_path, tokenizer):
   paragraphs = [(context, [qa(u"q%d" % i, context, answer, occurrence=occurrence)])
                 for i, (context, answer, occurrence) in enumerate(TRICKY_CONTEXTS)]
   path = write_squad(tmp_path, paragraphs)
-  examples, _ = squad.read_squad_examples(path, True, False)
+  examples, _ = squad_data.read_squad_examples(path, True, False)
   counts = collections.Counter()
-  features = list(squad.convert_examples_to_features(examples, tokenizer, 16, 3, 8, True,
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, 16, 3, 8, True,
                                                      counts))
   by_example = collections.defaultdict(list)
   for feature in features:
@@ -1041,7 +1043,7 @@ def test_all_tricky_contexts_together(tmp_path, tokenizer):
     total_without += without_answer
   assert counts["windows_without_answer"] == total_without > 0
   assert [f.unique_id for f in features] == list(
-      range(squad.FIRST_UNIQUE_ID, squad.FIRST_UNIQUE_ID + len(features)))
+      range(squad_data.FIRST_UNIQUE_ID, squad_data.FIRST_UNIQUE_ID + len(features)))
 
 
 # ---------------------------------------------------------------------------
@@ -1068,8 +1070,8 @@ def test_is_impossible_must_be_a_json_boolean(tmp_path, value):
   data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = value
   with open(path, "w", encoding="utf-8") as f:
     json.dump(data, f)
-  with pytest.raises(multigpu.UsageError, match=r"qas\[0\]\.is_impossible is"):
-    squad.read_squad_examples(path, True, True)
+  with pytest.raises(runner.UsageError, match=r"qas\[0\]\.is_impossible is"):
+    squad_data.read_squad_examples(path, True, True)
 
 
 def test_questions_without_an_answers_key_are_not_scored(tmp_path):
@@ -1081,32 +1083,127 @@ def test_questions_without_an_answers_key_are_not_scored(tmp_path):
     del question["answers"]
   with open(path, "w", encoding="utf-8") as f:
     json.dump(data, f)
-  examples, _ = squad.read_squad_examples(path, False, True)
+  examples, _ = squad_data.read_squad_examples(path, False, True)
   # No gold at all, not [""] for the unanswerable one: nothing to score against.
   assert [e.gold_answers for e in examples] == [None, None]
   assert [e.is_impossible for e in examples] == [False, True]
 
 
 def test_cmrc_numbers_keep_their_decimal_point_and_thousands_comma():
-  assert squad.chinese_segments(u"3.5亿元") == [u"3.5", u"亿", u"元"]
-  assert squad.chinese_segments(u"1,000人") == [u"1,000", u"人"]
-  assert squad.chinese_exact_and_f1(u"3.5", u"3.5亿") == (0.0, pytest.approx(2.0 / 3.0))
-  assert squad.chinese_segments(u"end.") == [u"end", u"."]
+  assert squad_scoring.chinese_segments(u"3.5亿元") == [u"3.5", u"亿", u"元"]
+  assert squad_scoring.chinese_segments(u"1,000人") == [u"1,000", u"人"]
+  assert squad_scoring.chinese_exact_and_f1(u"3.5", u"3.5亿") == (0.0, pytest.approx(2.0 / 3.0))
+  assert squad_scoring.chinese_segments(u"end.") == [u"end", u"."]
 
 
 def test_v2_golds_that_normalize_to_nothing_are_ignored():
-  example = squad.SquadExample(u"q", u"?", u"the cat", gold_answers=[u"the", u"cat"])
-  results = squad.score_predictions([example], {u"q": u""}, "squad", {u"q": 0.0},
+  example = squad_data.SquadExample(u"q", u"?", u"the cat", gold_answers=[u"the", u"cat"])
+  results = squad_scoring.score_predictions([example], {u"q": u""}, "squad", {u"q": 0.0},
                                     {u"q": [{"text": u""}]})
   assert results["exact_match"] == 0.0  # "" no longer matches the gold "the"
-  results = squad.score_predictions([example], {u"q": u"cat"}, "squad", {u"q": 0.0},
+  results = squad_scoring.score_predictions([example], {u"q": u"cat"}, "squad", {u"q": 0.0},
                                     {u"q": [{"text": u"cat"}]})
   assert results["exact_match"] == 100.0
 
 
 def test_max_context_flags_match_with_and_without_precomputed_best_windows():
-  windows = squad.doc_windows(50, 12, 5)
-  best = squad.best_context_windows(windows, 50)
+  windows = squad_data.doc_windows(50, 12, 5)
+  best = squad_data.best_context_windows(windows, 50)
   for index in range(len(windows)):
-    assert squad.max_context_flags(windows, index, best) == \
-        squad.max_context_flags(windows, index)
+    assert squad_data.max_context_flags(windows, index, best) == \
+        squad_data.max_context_flags(windows, index)
+
+
+# ---------------------------------------------------------------------------
+# Input that used to be read silently wrong or to end in a traceback
+# ---------------------------------------------------------------------------
+
+def test_negative_answer_start_is_an_error(tmp_path, tokenizer):
+  # context[-3:-1] is "首都": the old reader took the span (-3, -1), which overlaps no
+  # token, and trained the question as "no answer" ([CLS]) without a word.
+  context = u"北京是中国的首都。"
+  path = write_raw(tmp_path, squad_json([{"context": context, "qas": [
+      good_question(answers=[{"text": u"首都", "answer_start": -3}])]}]))
+  message = read_error(path)
+  assert "qas[0].answers[0].answer_start" in message and "-3" in message
+  # Beyond the end is still moved to the nearest occurrence (and counted).
+  path = write_raw(tmp_path, squad_json([{"context": context, "qas": [
+      good_question(answers=[{"text": u"首都", "answer_start": 40}])]}]), "beyond.json")
+  examples, counts = squad_data.read_squad_examples(path, True, False)
+  assert (examples[0].answer_start, examples[0].answer_end) == (6, 8)
+  assert counts == {"answers_moved": 1}
+
+
+@pytest.mark.parametrize("question", [u"", u"  \u3000"])
+@pytest.mark.parametrize("is_training", [True, False])
+def test_empty_question_is_an_error(tmp_path, question, is_training):
+  path = write_raw(tmp_path, squad_json([{"context": u"北京", "qas": [
+      good_question(), good_question(id="q2", question=question)]}]))
+  message = read_error(path, is_training=is_training)
+  assert "qas[1]" in message and "'q2'" in message and "empty question" in message
+
+
+def test_boolean_id_is_an_error(tmp_path):
+  # true was read as the id "True".
+  path = write_raw(tmp_path, squad_json([{"context": u"北京", "qas": [
+      good_question(id=True)]}]))
+  assert "qas[0].id is True" in read_error(path, is_training=False)
+
+
+def test_key_given_twice_is_an_error(tmp_path):
+  # json.loads kept the second context silently, so the answer was not found.
+  path = write_raw(tmp_path, u'{"data": [{"paragraphs": [{"context": "北京", "context": '
+                   u'"上海", "qas": []}]}]}')
+  message = read_error(path)
+  assert '"context" twice' in message and u'"北京"' in message and u'"上海"' in message
+
+
+def test_unpaired_surrogate_is_an_error(tmp_path):
+  # Read fine; writing predictions.json then failed with UnicodeEncodeError.
+  path = write_raw(tmp_path, u'{"data": [{"paragraphs": [{"context": "\\ud800北京", "qas": '
+                   u'[{"id": "a", "question": "x", "answers": []}]}]}]}')
+  message = read_error(path, is_training=False)
+  assert "data[0].paragraphs[0].context" in message and "\\ud800" in message
+  # A proper pair is one character.
+  path = write_raw(tmp_path, u'{"data": [{"paragraphs": [{"context": "\\ud83d\\ude00北京", '
+                   u'"qas": [{"id": "a", "question": "x", "answers": []}]}]}]}', "pair.json")
+  examples, _ = squad_data.read_squad_examples(path, False, False)
+  assert examples[0].context_text == u"\U0001F600北京"
+
+
+def test_nested_too_deeply_is_an_error(tmp_path):
+  # A RecursionError traceback.
+  assert "nested too deeply" in read_error(write_raw(tmp_path, "[" * 100000 + "]" * 100000))
+
+
+def test_utf16_is_named(tmp_path):
+  text = squad_json([{"context": u"北京", "qas": [good_question()]}])
+  assert "UTF-16" in read_error(write_raw(tmp_path, text.encode("utf-16")))
+  # Without a byte order mark, ASCII JSON in UTF-16 is NUL bytes between the characters.
+  message = read_error(write_raw(tmp_path, text.encode("utf-16-le"), "le.json"))
+  assert "line 1" in message and "NUL" in message and "UTF-16" in message
+
+
+def test_vocab_without_special_tokens_is_a_usage_error(tmp_path):
+  # A VocabLookupError (KeyError) traceback from the first window.
+  path = write_vocab(str(tmp_path / "vocab.txt"),
+                     [t for t in SPECIAL_TOKENS if t != "[CLS]"] + [u"北", u"京"])
+  no_cls = tokenization.FullTokenizer(path, do_lower_case=True)
+  example = squad_data.SquadExample("q", u"北京", u"北京")
+  with pytest.raises(runner.UsageError) as info:
+    list(squad_data.convert_examples_to_features([example], no_cls, 16, 8, 4, False,
+                                                 collections.Counter()))
+  assert "[CLS]" in str(info.value) and "--vocab_file" in str(info.value)
+
+
+def test_write_features_names_a_refused_write(tmp_path, tokenizer):
+  # A directory where the record file goes: an IsADirectoryError traceback.
+  record_path = str(tmp_path / "train.tf_record")
+  os.makedirs(record_path)
+  example = squad_data.SquadExample("q", u"北京", u"北京是中国的首都")
+  features = squad_data.convert_examples_to_features([example], tokenizer, 16, 8, 4, False,
+                                                     collections.Counter())
+  with pytest.raises(runner.UsageError) as info:
+    squad_data.write_features(features, record_path, False, keep_metadata=True)
+  assert record_path in str(info.value) and "directory" in str(info.value)
+  assert os.listdir(str(tmp_path)) == ["train.tf_record"]  # no temp file left

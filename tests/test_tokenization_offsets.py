@@ -4,7 +4,7 @@
 The oracles are independent of the code under test: tokenize() and the plain
 reference tokenizer (tests/reference_tokenizer.py) for the pieces, and for the
 offsets a re-normalization of each cut `text[start:end]` written here from the
-rules of REFERENCE.md section 5.
+rules of docs/FORMATS.md section 5.
 """
 
 import random

@@ -1,0 +1,126 @@
+# coding=utf-8
+"""Users' text files, read strictly: UTF-8 or a one-line error naming the file and line.
+
+Shared by the task data modules (classifier_data.py, squad_data.py). A file in another
+encoding, a NUL byte, a JSON key given twice or an unpaired surrogate is refused where it
+is, instead of being read silently wrong.
+"""
+
+import codecs
+import json
+import os
+import re
+
+from runner import UsageError
+
+
+def line_error(path, line_number, problem, advice):
+  """The UsageError for a problem at one line (1-based, as an editor shows it) of a file."""
+  return UsageError("%s line %d: %s; %s" % (path, line_number, problem, advice))
+
+
+# Byte order marks of the encodings that UTF-8 readers meet most often by mistake.
+_FOREIGN_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def _line_and_column(data, offset):
+  """The 1-based line of byte `offset` in `data`, and its 0-based byte offset in that line."""
+  return data.count(b"\n", 0, offset) + 1, offset - (data.rfind(b"\n", 0, offset) + 1)
+
+
+def check_utf8_bytes(path, data):
+  """Raises UsageError unless `data` (the bytes of `path`) can be read as UTF-8 text.
+
+  A UTF-16 or UTF-32 file, and a NUL byte anywhere (UTF-16 without a byte order
+  mark, or a binary file), are refused with the line where they are: Python 3.7's
+  csv module refuses NUL bytes but 3.11's keeps them, and the tokenizer then drops
+  them silently.
+  """
+  for bom, encoding in _FOREIGN_BOMS:
+    if data.startswith(bom):
+      raise UsageError("%s: the file is %s (it starts with the %s byte order mark); save it "
+                       "as UTF-8 (e.g. `iconv -f %s -t UTF-8`)"
+                       % (path, encoding, encoding, encoding))
+  nul = data.find(b"\x00")
+  if nul >= 0:
+    line_number, column = _line_and_column(data, nul)
+    raise line_error(
+        path, line_number,
+        "NUL byte (0x00) at byte offset %d of the line (offset %d in the file)" % (column, nul),
+        "the file is probably UTF-16 or binary; save it as UTF-8 text")
+
+
+def read_text_file(path):
+  """Reads a whole file as UTF-8 text (a leading byte order mark is dropped).
+
+  Args:
+    path: the file.
+
+  Returns:
+    The decoded text.
+
+  Raises:
+    UsageError: the file is missing or unreadable, is UTF-16/UTF-32, holds a NUL
+      byte, or holds bytes that are not UTF-8 (the message gives the line and
+      the byte offsets).
+  """
+  if os.path.isdir(path):
+    raise UsageError("%s is a directory, not a file; give the file itself" % path)
+  if not os.path.isfile(path):
+    raise UsageError("%s: file not found; check the path" % path)
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except (IOError, OSError) as e:
+    raise UsageError("%s: cannot read it (%s); check its permissions" % (path, e.strerror or e))
+  check_utf8_bytes(path, data)
+  start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+  try:
+    return data[start:].decode("utf-8")
+  except UnicodeDecodeError as e:
+    offset = start + e.start
+    line_number, column = _line_and_column(data, offset)
+    raise line_error(
+        path, line_number,
+        "byte 0x%02x at byte offset %d of the line (offset %d in the file) is not valid UTF-8"
+        % (data[offset], column, offset),
+        "save the file as UTF-8 (e.g. `iconv -f GB18030 -t UTF-8`)")
+
+
+# Unpaired UTF-16 surrogates: JSON's \uD800-style escapes can make them, and no UTF-8 file
+# can hold them, so writing such a text out (predictions) would fail after training.
+_SURROGATE = re.compile(u"[\ud800-\udfff]")
+
+
+def find_surrogate(text):
+  """The first unpaired surrogate of `text` as (character, 1-based position), or None."""
+  match = _SURROGATE.search(text)
+  return (match.group(), match.start() + 1) if match else None
+
+
+class DuplicateKeyError(ValueError):
+  """A JSON object gives a key twice. Args: (key, first value, second value)."""
+
+
+def _unique_keys_object(pairs):
+  """object_pairs_hook of json.loads: a dict, refusing a key given twice."""
+  result = {}
+  for key, value in pairs:
+    if key in result:
+      raise DuplicateKeyError(key, result[key], value)
+    result[key] = value
+  return result
+
+
+def parse_json(text):
+  """json.loads that refuses duplicate keys (json keeps the last one silently).
+
+  Raises:
+    DuplicateKeyError: a key given twice in one object.
+    ValueError: invalid JSON.
+    RecursionError: nested too deeply for Python's parser.
+  """
+  return json.loads(text, object_pairs_hook=_unique_keys_object)

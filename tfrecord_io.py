@@ -1,0 +1,160 @@
+# coding=utf-8
+"""TFRecord files: input globs, batches of the global batch size, and atomic writing."""
+
+import os
+import tempfile
+
+import tensorflow.compat.v1 as tf
+
+from runner import UsageError
+
+def _decode_record(record, feature_spec):
+  """Parses one tf.train.Example; int64 becomes int32, which every device handles."""
+  example = tf.parse_single_example(record, feature_spec)
+  return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t
+          for name, t in example.items()}
+
+
+def expand_input_files(input_file_flag, directory_suffix=None):
+  """The files an --input_file flag names: comma-separated globs (and directories).
+
+  Args:
+    input_file_flag: e.g. "a.txt,data/*.txt".
+    directory_suffix: if given, a pattern that is a directory means its files ending in it
+      (e.g. ".tfrecord").
+
+  Returns:
+    File paths, pattern by pattern in the order given, each pattern's matches sorted.
+
+  Raises:
+    UsageError: the flag is empty, or a pattern matches no file.
+  """
+  patterns = [p.strip() for p in (input_file_flag or "").split(",") if p.strip()]
+  if not patterns:
+    raise UsageError("--input_file is empty: give one or more files as comma-separated globs.")
+  files = []
+  for pattern in patterns:
+    if directory_suffix and tf.gfile.IsDirectory(pattern):
+      pattern = os.path.join(pattern, "*" + directory_suffix)
+    try:
+      matches = sorted(p for p in tf.gfile.Glob(pattern) if not tf.gfile.IsDirectory(p))
+    except tf.errors.NotFoundError:  # TF 1.15, for a directory that does not exist
+      matches = []
+    except tf.errors.OpError as e:  # e.g. a path through a regular file, or no permission
+      raise UsageError("--input_file: cannot list %s (%s). Check the path." %
+                       (pattern, e.message.split("\n")[0]))
+    if not matches:
+      raise UsageError("--input_file: %s matches no file. Check the path." % pattern)
+    files.extend(matches)
+  return files
+
+
+def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed=None,
+                 shuffle_buffer=10000, skip_batches=0):
+  """Reads TFRecord files into batches of the *global* batch size.
+
+  The global batch is formed before it is split across towers, so a seed gives the same
+  sequence of global batches whatever the tower count.
+
+  Args:
+    input_files: list of TFRecord paths.
+    feature_spec: dict name -> tf.FixedLenFeature.
+    global_batch_size: examples per step over all towers.
+    is_training: True: repeat forever, reshuffle every epoch with `seed`, drop the last partial
+      batch. False: one pass in file order; the last batch may be partial.
+    seed: shuffle seed.
+    shuffle_buffer: examples in the shuffle buffer.
+    skip_batches: batches to skip (a resumed run skips what it already trained on, so it sees
+      the same data as a run that never stopped).
+
+  Returns:
+    A tf.data.Dataset of dicts name -> tensor [batch, ...].
+  """
+  dataset = tf.data.TFRecordDataset(input_files)
+  if is_training:
+    dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.repeat()
+    if skip_batches:
+      dataset = dataset.skip(skip_batches * global_batch_size)
+  # Parallel parsing keeps the order (deterministic), so batches do not depend on it.
+  dataset = dataset.map(lambda record: _decode_record(record, feature_spec),
+                        num_parallel_calls=4)
+  dataset = dataset.batch(global_batch_size, drop_remainder=is_training)
+  return dataset.prefetch(2)
+
+
+def int64_feature(values):
+  """A tf.train.Feature of int64 values."""
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def _write_error(path, error, tmp_path=None):
+  """The UsageError for a write that the file system refused (disk full, quota, a
+  directory in the way, permissions, a read-only file system)."""
+  if isinstance(error, tf.errors.OpError):
+    reason = error.message.split("\n")[0]
+    if tmp_path and reason.startswith(tmp_path + "; "):  # TF names the temp file first
+      reason = reason[len(tmp_path) + 2:]
+  else:
+    reason = getattr(error, "strerror", None) or str(error)
+  return UsageError("cannot write %s (%s): free some space, fix the permissions, or remove "
+                    "what is in the way, then run again." % (path, reason))
+
+
+def write_records_atomically(path, records):
+  """Writes serialized records to a TFRecord file through a temp file and a rename.
+
+  A failure or a kill leaves the old file (or none), never half a file under `path`.
+
+  Args:
+    path: the TFRecord file.
+    records: iterable of serialized tf.train.Example strings.
+
+  Returns:
+    The number of records written.
+
+  Raises:
+    UsageError: the file system refused a write (the message names `path` and the
+      reason). Errors raised by `records` itself pass through unchanged.
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  if os.path.isdir(path):
+    raise UsageError("cannot write %s: a directory is in the way. Remove or rename it, then "
+                     "run again." % path)
+  try:
+    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
+    os.close(fd)
+  except OSError as e:
+    raise _write_error(path, e)
+  try:
+    count = 0
+    try:
+      writer = tf.python_io.TFRecordWriter(tmp_path)
+    except (OSError, tf.errors.OpError) as e:
+      raise _write_error(path, e, tmp_path)
+    try:
+      for record in records:
+        try:
+          writer.write(record)
+        except (OSError, tf.errors.OpError) as e:
+          raise _write_error(path, e, tmp_path)
+        count += 1
+    except BaseException:
+      try:
+        writer.close()
+      except (OSError, tf.errors.OpError):
+        pass  # The error that stopped the writing is the one to report.
+      raise
+    try:
+      writer.close()
+    except (OSError, tf.errors.OpError) as e:
+      raise _write_error(path, e, tmp_path)
+    try:
+      os.replace(tmp_path, path)
+    except OSError as e:
+      raise _write_error(path, e)
+  except BaseException:
+    if os.path.exists(tmp_path):
+      os.remove(tmp_path)
+    raise
+  return count
