@@ -255,8 +255,10 @@ class BertModel(object):
     Args:
       config: BertConfig.
       is_training: bool. False turns every dropout off.
-      input_ids: int32/int64 Tensor [batch, seq]. The batch dimension may be
-        unknown; the sequence length must be static.
+      input_ids: int32/int64 Tensor [batch, seq]. Either dimension may be
+        dynamic (a batch padded only to its longest example); a static
+        sequence length is checked against max_position_embeddings here, a
+        dynamic one when the graph runs.
       input_mask: optional int Tensor [batch, seq], 1 for real tokens and 0
         for padding. Defaults to all ones.
       token_type_ids: optional int Tensor [batch, seq]. Defaults to zeros.
@@ -366,11 +368,13 @@ class BertModel(object):
 
 
 def _check_sequence_fits(seq_length, max_position_embeddings):
-  """Raises ValueError when the static sequence length exceeds the position table."""
+  """Raises ValueError when a static sequence length exceeds the position table.
+
+  A dynamic length (a Tensor) is checked by the position-table slice when the graph
+  runs.
+  """
   if not isinstance(seq_length, int):
-    raise ValueError(
-        "The sequence length of input_ids must be static (known when the graph "
-        "is built); got a dynamic one. Give input_ids a fixed second dimension.")
+    return
   if seq_length > max_position_embeddings:
     raise ValueError(
         "Sequence length %d is longer than max_position_embeddings %d of the "
@@ -653,7 +657,8 @@ def embedding_lookup(input_ids,
 
   flat_ids = tf.reshape(input_ids, [-1])  # [batch * seq]
   if use_one_hot_embeddings:
-    one_hot_ids = tf.one_hot(flat_ids, depth=vocab_size)  # [batch * seq, vocab]
+    one_hot_ids = tf.one_hot(flat_ids, depth=vocab_size,
+                             dtype=embedding_table.dtype.base_dtype)  # [batch * seq, vocab]
     flat_output = tf.matmul(one_hot_ids, embedding_table)
   else:
     flat_output = tf.gather(embedding_table, flat_ids)
@@ -709,7 +714,8 @@ def embedding_postprocessor(input_tensor,
     # The type vocabulary is tiny, so a one-hot matmul is cheap and avoids a
     # sparse gradient.
     flat_type_ids = tf.reshape(token_type_ids, [-1])  # [batch * seq]
-    one_hot_types = tf.one_hot(flat_type_ids, depth=token_type_vocab_size)
+    one_hot_types = tf.one_hot(flat_type_ids, depth=token_type_vocab_size,
+                               dtype=token_type_table.dtype.base_dtype)
     type_embeddings = tf.matmul(one_hot_types, token_type_table)
     output += tf.reshape(type_embeddings, input_shape)  # [batch, seq, width]
 
@@ -720,8 +726,9 @@ def embedding_postprocessor(input_tensor,
         shape=[max_position_embeddings, width],
         initializer=create_initializer(initializer_range))
     # Positions are 0 .. seq-1 for every example, so take the first seq rows
-    # and broadcast them over the batch.
-    position_embeddings = position_table[:seq_length, :]  # [seq, width]
+    # and broadcast them over the batch. tf.slice fails at run time for a
+    # dynamic seq longer than the table, where [:seq] would silently stop short.
+    position_embeddings = tf.slice(position_table, [0, 0], [seq_length, -1])  # [seq, width]
     output += tf.expand_dims(position_embeddings, 0)  # [batch, seq, width]
 
   return layer_norm_and_dropout(output, dropout_prob)
@@ -830,17 +837,18 @@ def attention_layer(from_tensor,
   key = split_heads(key, to_seq_length)  # [batch, heads, to_seq, size]
   value = split_heads(value, to_seq_length)  # [batch, heads, to_seq, size]
 
-  # [batch, heads, from_seq, to_seq]
-  scores = tf.matmul(query, key, transpose_b=True)
+  # [batch, heads, from_seq, to_seq]; the mask and the softmax in float32 whatever the
+  # compute precision: -10000 and exp() of large scores do not fit float16.
+  scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
   scores *= 1.0 / math.sqrt(float(size_per_head))
 
   if attention_mask is not None:
-    mask = tf.expand_dims(tf.cast(attention_mask, scores.dtype), 1)  # [batch, 1, from_seq, to_seq]
+    mask = tf.expand_dims(tf.cast(attention_mask, tf.float32), 1)  # [batch, 1, from_seq, to_seq]
     # A large negative score makes a masked position's softmax weight ~0.
     scores += (1.0 - mask) * _MASKED_SCORE_ADDER
 
   probs = tf.nn.softmax(scores)  # [batch, heads, from_seq, to_seq]
-  probs = dropout(probs, attention_probs_dropout_prob)
+  probs = tf.cast(dropout(probs, attention_probs_dropout_prob), value.dtype)
 
   context = tf.matmul(probs, value)  # [batch, heads, from_seq, size]
   context = tf.transpose(context, [0, 2, 1, 3])  # [batch, from_seq, heads, size]

@@ -11,6 +11,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+import mixed_precision
 import optimization
 
 # ---------------------------------------------------------------------------
@@ -112,12 +113,14 @@ def _device_function(tower_device, variable_device):
 
 
 @contextlib.contextmanager
-def _tower_scope(plan, tower_index):
+def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False):
   """Enters tower `tower_index`: its device, a name scope, and the shared variable scope.
 
   Variables keep their plain names (no tower prefix), so checkpoints stay Google-compatible:
   name scopes only prefix ops, and every tower reuses the variables the first one created.
   Resource variables: with ref variables, assign-based updates race with other towers' reads.
+  The tower reads float32 variables cast to `compute_dtype` (mixed precision) and, with
+  `use_xla`, its ops are compiled by XLA as one cluster.
   """
   tower_device = plan.tower_devices[tower_index]
   device = _device_function(tower_device, plan.variable_device)
@@ -129,11 +132,22 @@ def _tower_scope(plan, tower_index):
       # device, not per tower on the variable device.
       variable = getter(*args, **kwargs)
       with tf.device(tower_device), tf.name_scope(tower_name_scope):
-        return tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
+        value = tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
+        return mixed_precision.cast_for_compute(value, variable.op.name, compute_dtype)
 
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
-                           custom_getter=read_on_tower):
+                           custom_getter=read_on_tower), _xla_scope(use_xla):
       yield
+
+
+@contextlib.contextmanager
+def _xla_scope(use_xla):
+  """Marks the ops made inside for XLA compilation (a no-op without use_xla)."""
+  if not use_xla:
+    yield
+    return
+  with tf.xla.experimental.jit_scope(compile_ops=True, separate_compiled_gradients=False):
+    yield
 
 
 def split_for_towers(features, num_towers):
@@ -156,7 +170,17 @@ def split_for_towers(features, num_towers):
 
 TrainOps = collections.namedtuple(
     "TrainOps", ["train_op", "loss", "learning_rate", "global_norm", "global_step",
-                 "accumulate_op"])
+                 "accumulate_op", "loss_scale"])
+TrainOps.__doc__ = """The ops of a training step (build_training).
+
+Fields:
+  train_op: applies one update (and increments global_step after it).
+  loss: the mean loss over towers (with accumulation: of the current micro-batch).
+  learning_rate, global_norm, global_step: scalars to log; global_norm is of the
+    unscaled gradients, before clipping (non-finite on a skipped fp16 step).
+  accumulate_op: adds one micro-batch's gradients (None without accumulation).
+  loss_scale: the DynamicLossScale of fp16 training, else None.
+"""
 
 
 def average_gradients(tower_grads, num_towers):
@@ -184,37 +208,46 @@ def average_gradients(tower_grads, num_towers):
   return tf.add_n([tf.convert_to_tensor(g) for g in grads]) * scale
 
 
-def build_tower_losses_and_grads(plan, model_fn, features):
+def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use_xla=False,
+                                 loss_scale=None):
   """Runs `model_fn` on each tower's slice of the batch and differentiates its loss there.
 
   Args:
     plan: DevicePlan.
-    model_fn: function(features_dict, is_training) -> dict with "loss" (scalar, mean over the
-      tower's examples). It creates its variables with tf.get_variable.
+    model_fn: function(features_dict, is_training) -> dict with "loss" (float32 scalar, mean
+      over the tower's examples). It creates its variables with tf.get_variable.
     features: dict name -> tensor [global_batch, ...].
+    precision: "fp32", "bf16" or "fp16": the towers' compute dtype.
+    use_xla: compile each tower's forward and backward pass with XLA.
+    loss_scale: a mixed_precision.DynamicLossScale (fp16): each tower differentiates the
+      scaled loss, and the averaged gradients are unscaled.
 
   Returns:
     (mean loss over towers, list of (averaged gradient, variable)).
   """
+  dtype = mixed_precision.compute_dtype(precision)
   tower_features = split_for_towers(features, plan.num_towers)
   losses, all_grads, tvars = [], [], None
   for i in range(plan.num_towers):
-    with _tower_scope(plan, i):
+    with _tower_scope(plan, i, dtype, use_xla):
       loss = model_fn(tower_features[i], True)["loss"]
       if tvars is None:
         tvars = tf.trainable_variables()
-      all_grads.append(tf.gradients(loss, tvars, colocate_gradients_with_ops=True))
+      scaled_loss = loss_scale.scale_loss(loss) if loss_scale else loss
+      all_grads.append(tf.gradients(scaled_loss, tvars, colocate_gradients_with_ops=True))
       losses.append(loss)
   with tf.device(plan.variable_device), tf.name_scope("average_towers"):
     mean_loss = tf.add_n(losses) / float(plan.num_towers)
-    grads_and_vars = [
-        (average_gradients([tower[j] for tower in all_grads], plan.num_towers), var)
-        for j, var in enumerate(tvars)]
+    grads_and_vars = []
+    for j, var in enumerate(tvars):
+      grad = average_gradients([tower[j] for tower in all_grads], plan.num_towers)
+      grads_and_vars.append((loss_scale.unscale(grad) if loss_scale else grad, var))
   return mean_loss, grads_and_vars
 
 
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
-                   optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1):
+                   optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1, precision="fp32",
+                   use_xla=False):
   """Builds the multi-tower training step.
 
   Each tower gets an equal slice of the global batch; the tower losses and gradients are
@@ -226,6 +259,9 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
   `train_op` applies the accumulated gradient and clears them. The loop runs accumulate_op N
   times, then train_op once.
 
+  With precision="fp16" the loss is scaled dynamically (mixed_precision.DynamicLossScale):
+  an update whose gradients overflow is skipped (global_step stays) and the scale halves.
+
   Args:
     plan: DevicePlan.
     model_fn: see build_tower_losses_and_grads.
@@ -234,6 +270,8 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     optimizer_name: "adamw", "radam" or "lamb".
     clip_norm: global-norm clip applied to the averaged gradient.
     accumulation_steps: micro-batches per update.
+    precision: "fp32", "bf16" or "fp16" (see build_tower_losses_and_grads).
+    use_xla: compile each tower with XLA.
 
   Returns:
     TrainOps. With accumulation, `loss` is the current micro-batch's loss and `global_norm`
@@ -243,12 +281,24 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     global_step = tf.train.get_or_create_global_step()
     learning_rate = optimization.learning_rate_schedule(
         init_lr, num_train_steps, num_warmup_steps, global_step)
-  loss, grads_and_vars = build_tower_losses_and_grads(plan, model_fn, features)
+    loss_scale = mixed_precision.DynamicLossScale() if precision == "fp16" else None
+  loss, grads_and_vars = build_tower_losses_and_grads(plan, model_fn, features, precision,
+                                                      use_xla, loss_scale)
+
+  def apply(pairs):
+    """The update of `pairs`, with the loss scale's own update for fp16."""
+    train_op, global_norm = optimization.apply_gradients(
+        pairs, learning_rate, global_step, optimizer_name, clip_norm,
+        skip_non_finite=loss_scale is not None)
+    if loss_scale is not None:
+      with tf.control_dependencies([train_op]):
+        train_op = loss_scale.update(tf.math.is_finite(global_norm))
+    return train_op, global_norm
+
   if accumulation_steps <= 1:
     with tf.device(plan.variable_device):
-      train_op, global_norm = optimization.apply_gradients(
-          grads_and_vars, learning_rate, global_step, optimizer_name, clip_norm)
-    return TrainOps(train_op, loss, learning_rate, global_norm, global_step, None)
+      train_op, global_norm = apply(grads_and_vars)
+    return TrainOps(train_op, loss, learning_rate, global_norm, global_step, None, loss_scale)
 
   with tf.device(plan.variable_device), tf.name_scope("accumulate"):
     accumulators, accumulate, pairs = [], [], []
@@ -269,19 +319,19 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
       accumulators.append(acc)
       pairs.append((acc, var))
     accumulate_op = tf.group(*accumulate)
-    train_op, global_norm = optimization.apply_gradients(
-        [(acc.read_value(), var) for acc, var in pairs], learning_rate, global_step,
-        optimizer_name, clip_norm)
+    train_op, global_norm = apply([(acc.read_value(), var) for acc, var in pairs])
     with tf.control_dependencies([train_op]):
       train_op = tf.group(*[acc.assign(tf.zeros_like(acc)) for acc in accumulators])
-  return TrainOps(train_op, loss, learning_rate, global_norm, global_step, accumulate_op)
+  return TrainOps(train_op, loss, learning_rate, global_norm, global_step, accumulate_op,
+                  loss_scale)
 
 
 # ---------------------------------------------------------------------------
 # The tower builder: evaluation and prediction
 # ---------------------------------------------------------------------------
 
-def build_inference(plan, model_fn, features, global_batch_size):
+def build_inference(plan, model_fn, features, global_batch_size, precision="fp32",
+                    use_xla=False):
   """Runs `model_fn` (is_training=False) on every tower and gathers per-example outputs.
 
   The last batch of a dataset may be partial: it is padded up to global_batch_size so each tower
@@ -294,6 +344,7 @@ def build_inference(plan, model_fn, features, global_batch_size):
       [tower_batch, ...] (a scalar "loss" entry, if any, is ignored).
     features: dict name -> tensor [n, ...] with n <= global_batch_size.
     global_batch_size: per-tower batch size x towers.
+    precision, use_xla: as for build_training.
 
   Returns:
     dict name -> tensor [n, ...], the towers' outputs in input order.
@@ -308,8 +359,9 @@ def build_inference(plan, model_fn, features, global_batch_size):
     padded[name].set_shape([global_batch_size] + tensor.shape.as_list()[1:])
   tower_features = split_for_towers(padded, plan.num_towers)
   tower_outputs = []
+  dtype = mixed_precision.compute_dtype(precision)
   for i in range(plan.num_towers):
-    with _tower_scope(plan, i):
+    with _tower_scope(plan, i, dtype, use_xla):
       outputs = model_fn(tower_features[i], False)
       tower_outputs.append({k: v for k, v in outputs.items() if len(v.shape) > 0})
   with tf.device(plan.variable_device):

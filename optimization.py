@@ -171,7 +171,7 @@ class _MomentOptimizer(object):
         return False
     return True
 
-  def apply_gradients(self, grads_and_vars, global_step=None):
+  def apply_gradients(self, grads_and_vars, global_step=None, apply_if=None):
     """Updates every variable and its slots; does NOT change `global_step`.
 
     Args:
@@ -179,6 +179,8 @@ class _MomentOptimizer(object):
         None are skipped; tf.IndexedSlices gradients are made dense.
       global_step: Integer scalar variable/tensor; the update applied is step
         t = global_step + 1. Only read (bias correction, rectification).
+      apply_if: optional bool scalar Tensor; when False, every variable and
+        slot keeps its value (a skipped fp16 step whose gradients overflowed).
 
     Returns:
       An op that performs all parameter and slot assignments.
@@ -207,6 +209,11 @@ class _MomentOptimizer(object):
           update += self.weight_decay_rate * param
         update = self._scale_update(update, param)
         next_param = param - learning_rate * update
+        if apply_if is not None:
+          # Selects, so NaN from inf gradients never reaches the kept values.
+          next_param = tf.where_v2(apply_if, next_param, param)
+          next_m = tf.where_v2(apply_if, next_m, m_slot.read_value())
+          next_v = tf.where_v2(apply_if, next_v, v_slot.read_value())
 
         assign_ops.extend([
             var.assign(next_param, read_value=False),
@@ -410,7 +417,7 @@ def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta
 
 
 def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw", clip_norm=1.0,
-                    weight_decay_rate=0.01):
+                    weight_decay_rate=0.01, skip_non_finite=False):
   """Clips the gradients, updates the variables and then increments global_step.
 
   Steps, in order: drop pairs whose gradient is None; make tf.IndexedSlices
@@ -418,6 +425,10 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
   the rows were split across towers); wait for every gradient; clip by global
   norm; apply the optimizer; and only after that update has run, add 1 to
   `global_step`.
+
+  With skip_non_finite (fp16 loss scaling), a non-finite global norm skips the
+  whole update and global_step stays. The check comes before clipping: an
+  infinite norm turns every clipped gradient into NaN.
 
   Args:
     grads_and_vars: Iterable of (gradient, variable) pairs.
@@ -427,11 +438,13 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
       make_optimizer (then weight_decay_rate is ignored).
     clip_norm: Maximum global norm of the gradients; None disables clipping.
     weight_decay_rate: Decoupled weight decay for a named optimizer.
+    skip_non_finite: skip the update when a gradient is inf or NaN.
 
   Returns:
     Tuple (train_op, global_norm): train_op is the global-step increment, which
     runs after the update; global_norm is the float32 global norm of the
-    gradients before clipping.
+    gradients before clipping (finite exactly when the update was applied, with
+    skip_non_finite).
 
   Raises:
     ValueError: if no variable has a gradient, or an argument is invalid.
@@ -466,16 +479,20 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
     # The update must not start before every gradient exists: otherwise it
     # races the backward pass of other towers (docs/FORMATS.md section 9).
     with tf.control_dependencies(grads):
+      global_norm = tf.global_norm(grads, name="global_norm")
       if clip_norm is None:
-        global_norm = tf.global_norm(grads, name="global_norm")
         clipped_grads = [tf.identity(grad) for grad in grads]
       else:
-        clipped_grads, global_norm = tf.clip_by_global_norm(grads, clip_norm)
-      update = optimizer.apply_gradients(list(zip(clipped_grads, tvars)), global_step)
+        clipped_grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=global_norm)
+      apply_if = tf.math.is_finite(global_norm) if skip_non_finite else None
+      update = optimizer.apply_gradients(list(zip(clipped_grads, tvars)), global_step,
+                                         apply_if=apply_if)
 
     # One increment per applied update, strictly after it.
     with tf.control_dependencies([update]):
-      train_op = global_step.assign_add(1, read_value=False, name="increment_global_step")
+      increment = 1 if apply_if is None else tf.cast(apply_if, global_step.dtype)
+      train_op = global_step.assign_add(increment, read_value=False,
+                                        name="increment_global_step")
   return train_op, global_norm
 
 

@@ -52,8 +52,9 @@ def create_model_fn(bert_config, num_labels):
                                   initializer=tf.zeros_initializer())
     if is_training:
       pooled = modeling.dropout(pooled, bert_config.hidden_dropout_prob)
-    logits = tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
-                            output_bias)  # [batch, num_labels]
+    # [batch, num_labels]; the softmax and the loss in float32 whatever the precision.
+    logits = tf.cast(tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
+                                    output_bias), tf.float32)
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     outputs = {"probabilities": tf.exp(log_probs)}
     if "label_ids" in features:
@@ -174,6 +175,8 @@ def main(_):
   for examples in splits.values():
     classifier_data.check_labels(examples, label_list)
   config = runner.make_run_config(FLAGS, num_train_examples=len(splits.get("train", ())))
+  if not FLAGS.do_train:
+    runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint, "best")
   runner.lock_output_dir(FLAGS.output_dir)
   if FLAGS.do_train:
     classifier_data.write_label_list(FLAGS.output_dir, label_list)
@@ -182,15 +185,18 @@ def main(_):
   record_files = {}
   for split, examples in splits.items():
     record_files[split] = classifier_data.cached_features(
-        split, processor.input_files(FLAGS.data_dir, split), examples, label_list,
-        FLAGS.max_seq_length, FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.task_name,
-        FLAGS.output_dir, num_workers=FLAGS.num_workers or None)[0]
+        split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
+        examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
+        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+        task_name=FLAGS.task_name, output_dir=FLAGS.output_dir,
+        num_workers=FLAGS.num_workers or None)[0]
   spec = classifier_data.input_feature_spec(FLAGS.max_seq_length)
   model_fn = create_model_fn(bert_config, len(label_list))
 
   def make_dataset(split, batch_size):
     return lambda: tfrecord_io.make_dataset([record_files[split]], spec, batch_size,
-                                        is_training=False)
+                                            is_training=False,
+                                            length_multiple=config.length_multiple)
 
   def dev_metrics(outputs):
     return classifier_metrics.classification_metrics(outputs, label_list)[0]
@@ -199,14 +205,15 @@ def main(_):
     eval_spec = None
     if FLAGS.do_eval:
       metric_key = {"accuracy": "eval_accuracy", "macro_f1": "macro_f1"}[FLAGS.best_metric]
-      eval_spec = runner.EvalSpec(make_dataset("dev", config.eval_batch_size), dev_metrics,
-                                  metric_key, FLAGS.early_stopping_patience)
+      eval_spec = runner.EvalSpec(make_dataset("dev", config.global_eval_batch_size),
+                                  dev_metrics, metric_key, FLAGS.early_stopping_patience)
     shuffle_buffer = min(len(splits["train"]), 100000)
     runner.train(
         config, model_fn,
         lambda skip: tfrecord_io.make_dataset(
             [record_files["train"]], spec, config.micro_batch_size, is_training=True,
-            seed=FLAGS.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip),
+            seed=FLAGS.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
+            length_multiple=config.length_multiple),
         eval_spec)
 
   if not (FLAGS.do_eval or FLAGS.do_predict):
@@ -215,13 +222,15 @@ def main(_):
                                                      best_subdir="best")
   tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
   if FLAGS.do_eval:
-    metrics, outputs = runner.evaluate(
-        config, model_fn, make_dataset("dev", config.eval_batch_size), checkpoint, dev_metrics)
+    metrics, outputs = runner.evaluate(config, model_fn,
+                                       make_dataset("dev", config.global_eval_batch_size),
+                                       checkpoint, dev_metrics)
     write_eval_reports(FLAGS.output_dir, metrics,
                        classifier_metrics.classification_metrics(outputs, label_list)[1])
   if FLAGS.do_predict:
-    outputs = runner.infer(config, model_fn, make_dataset("test", config.predict_batch_size),
-                           config.predict_batch_size, checkpoint)
+    outputs = runner.infer(config, model_fn,
+                           make_dataset("test", config.global_predict_batch_size),
+                           config.global_predict_batch_size, checkpoint)
     if len(outputs["probabilities"]) != len(splits["test"]):
       raise AssertionError("%d predictions for %d test examples" % (
           len(outputs["probabilities"]), len(splits["test"])))

@@ -73,8 +73,9 @@ def masked_lm_head(bert_config, sequence_output, embedding_table, positions, lab
       hidden = modeling.layer_norm(hidden)
     output_bias = tf.get_variable("output_bias", [bert_config.vocab_size],
                                   initializer=tf.zeros_initializer())
-    logits = tf.nn.bias_add(tf.matmul(hidden, embedding_table, transpose_b=True),
-                            output_bias)  # [batch * max_pred, vocab]
+    # [batch * max_pred, vocab]; the softmax and the loss in float32 whatever the precision.
+    logits = tf.cast(tf.nn.bias_add(tf.matmul(hidden, embedding_table, transpose_b=True),
+                                    output_bias), tf.float32)
     log_probs = tf.nn.log_softmax(logits, axis=-1)
   flat_ids = tf.reshape(label_ids, [-1])
   one_hot = tf.one_hot(flat_ids, depth=bert_config.vocab_size, dtype=tf.float32)
@@ -103,8 +104,8 @@ def next_sentence_head(bert_config, pooled_output, labels):
         "output_weights", [2, bert_config.hidden_size],
         initializer=modeling.create_initializer(bert_config.initializer_range))
     output_bias = tf.get_variable("output_bias", [2], initializer=tf.zeros_initializer())
-    logits = tf.nn.bias_add(tf.matmul(pooled_output, output_weights, transpose_b=True),
-                            output_bias)  # [batch, 2]
+    logits = tf.cast(tf.nn.bias_add(tf.matmul(pooled_output, output_weights, transpose_b=True),
+                                    output_bias), tf.float32)  # [batch, 2]
     log_probs = tf.nn.log_softmax(logits, axis=-1)
   label_log_probs = tf.reduce_sum(tf.one_hot(labels, depth=2, dtype=tf.float32) * log_probs,
                                   axis=-1)  # [batch]
@@ -263,14 +264,17 @@ def check_flags():
 def main(_):
   bert_config, input_files = check_flags()
   config = runner.make_run_config(FLAGS)
+  if not FLAGS.do_train:
+    runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
   runner.lock_output_dir(FLAGS.output_dir)
   tf.logging.info("Input: %d TFRecord file(s): %s", len(input_files), ", ".join(input_files))
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   model_fn = create_model_fn(bert_config)
 
   def make_eval_dataset():
-    return tfrecord_io.make_dataset(input_files, spec, config.eval_batch_size,
-                                is_training=False).take(FLAGS.max_eval_steps)
+    return tfrecord_io.make_dataset(
+        input_files, spec, config.global_eval_batch_size, is_training=False,
+        length_multiple=config.length_multiple).take(FLAGS.max_eval_steps)
 
   if FLAGS.do_train:
     # No best/ copy: pretraining keeps going from the latest checkpoint, and copying the
@@ -279,15 +283,15 @@ def main(_):
                  if FLAGS.do_eval else None)
     runner.train(
         config, model_fn,
-        lambda skip: tfrecord_io.make_dataset(input_files, spec, config.micro_batch_size,
-                                          is_training=True, seed=FLAGS.random_seed,
-                                          skip_batches=skip),
+        lambda skip: tfrecord_io.make_dataset(
+            input_files, spec, config.micro_batch_size, is_training=True,
+            seed=FLAGS.random_seed, skip_batches=skip, length_multiple=config.length_multiple),
         eval_spec)
 
   if FLAGS.do_eval:
     checkpoint, _ = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
     tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
-                    FLAGS.max_eval_steps, config.eval_batch_size)
+                    FLAGS.max_eval_steps, config.global_eval_batch_size)
     runner.evaluate(config, model_fn, make_eval_dataset, checkpoint, pretraining_metrics)
 
 

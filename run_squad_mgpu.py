@@ -34,12 +34,23 @@ from runner import UsageError, atomic_write_text
 # The model head
 # ---------------------------------------------------------------------------
 
-def create_model_fn(bert_config):
+# A span logit for padding positions: their softmax weight is then 0 (as in attention).
+PADDING_LOGIT = -10000.0
+
+
+def create_model_fn(bert_config, max_seq_length=None):
   """Returns model_fn(features, is_training): BERT + Google's span head.
 
   The head is cls/squad/output_weights [2, hidden] and cls/squad/output_bias [2], as in
-  Google's run_squad.py, so the checkpoints load there. The loss is Google's: the mean
-  of the start and end cross-entropies over all positions.
+  Google's run_squad.py, so the checkpoints load there. The loss is the mean of the start
+  and end cross-entropies. Unlike Google's, padding positions get the logit PADDING_LOGIT:
+  the softmax is then over the real tokens only, so a batch padded only to its longest
+  window gives the same loss as one padded to max_seq_length.
+
+  Args:
+    bert_config: BertConfig.
+    max_seq_length: if given, the logits of a shorter batch are padded back to this
+      length (with PADDING_LOGIT), so that prediction batches of any length concatenate.
   """
   def model_fn(features, is_training):
     model = modeling.BertModel(
@@ -56,7 +67,10 @@ def create_model_fn(bert_config):
     flat_output = tf.reshape(sequence_output, [batch_size * seq_length, hidden_size])
     logits = tf.nn.bias_add(tf.matmul(flat_output, output_weights, transpose_b=True),
                             output_bias)  # [batch * seq, 2]
-    logits = tf.transpose(tf.reshape(logits, [batch_size, seq_length, 2]), [2, 0, 1])
+    logits = tf.transpose(tf.reshape(tf.cast(logits, tf.float32), [batch_size, seq_length, 2]),
+                          [2, 0, 1])  # [2, batch, seq], float32 whatever the precision
+    padding = 1.0 - tf.cast(features["input_mask"], tf.float32)  # [batch, seq]
+    logits += PADDING_LOGIT * padding[None]
     start_logits, end_logits = logits[0], logits[1]  # [batch, seq] each
     outputs = {"unique_ids": features["unique_ids"], "start_logits": start_logits,
                "end_logits": end_logits}
@@ -67,6 +81,10 @@ def create_model_fn(bert_config):
         return -tf.reduce_mean(tf.reduce_sum(one_hot * log_probs, axis=-1))
       outputs["loss"] = (position_loss(start_logits, features["start_positions"]) +
                          position_loss(end_logits, features["end_positions"])) / 2.0
+    if max_seq_length:
+      for name in ("start_logits", "end_logits"):
+        outputs[name] = tf.pad(outputs[name], [[0, 0], [0, max_seq_length - seq_length]],
+                               constant_values=PADDING_LOGIT)
     return outputs
   return model_fn
 
@@ -176,17 +194,15 @@ def train(config, model_fn, tokenizer, train_examples):
       config, model_fn,
       lambda skip: tfrecord_io.make_dataset(
           [train_record], spec, config.micro_batch_size, is_training=True,
-          seed=FLAGS.random_seed, shuffle_buffer=min(num_features, 100000), skip_batches=skip))
+          seed=FLAGS.random_seed, shuffle_buffer=min(num_features, 100000), skip_batches=skip,
+          length_multiple=config.length_multiple))
 
 
 def predict(config, model_fn, tokenizer, predict_examples, checkpoint):
   """Predicts every question on every tower; writes the prediction files and, when the
-  file has answers, eval_results.txt. Files of an earlier run that this one would not
-  write (eval_results.txt, null_odds.json) are removed first, so none is left stale."""
-  for name in ("eval_results.txt", "null_odds.json"):
-    path = os.path.join(FLAGS.output_dir, name)
-    if tf.gfile.Exists(path):
-      tf.gfile.Remove(path)
+  file has answers, eval_results.txt. Files of an earlier run that this one does not
+  write (eval_results.txt, null_odds.json) are removed once the new predictions are
+  written, so none is left looking current, and a failed run leaves the old set whole."""
   predict_record = os.path.join(FLAGS.output_dir, "predict.tf_record")
   _, features = featurize(predict_examples, tokenizer, predict_record, is_training=False)
   tf.logging.info("Predicting %d questions in %d windows with %s.", len(predict_examples),
@@ -194,9 +210,10 @@ def predict(config, model_fn, tokenizer, predict_examples, checkpoint):
   spec = squad_data.input_feature_spec(FLAGS.max_seq_length, is_training=False)
   outputs = runner.infer(
       config, model_fn,
-      lambda: tfrecord_io.make_dataset([predict_record], spec, config.predict_batch_size,
-                                   is_training=False),
-      config.predict_batch_size, checkpoint)
+      lambda: tfrecord_io.make_dataset(
+          [predict_record], spec, config.global_predict_batch_size, is_training=False,
+          length_multiple=config.length_multiple),
+      config.global_predict_batch_size, checkpoint)
   expected_ids = [feature.unique_id for feature in features]
   if list(outputs["unique_ids"]) != expected_ids:
     raise AssertionError("prediction outputs are not in feature order")
@@ -206,8 +223,15 @@ def predict(config, model_fn, tokenizer, predict_examples, checkpoint):
       FLAGS.null_score_diff_threshold)
   _write_json(os.path.join(FLAGS.output_dir, "predictions.json"), predictions)
   _write_json(os.path.join(FLAGS.output_dir, "nbest_predictions.json"), nbest)
+  stale = ["eval_results.txt"]
   if FLAGS.version_2_with_negative:
     _write_json(os.path.join(FLAGS.output_dir, "null_odds.json"), null_odds)
+  else:
+    stale.append("null_odds.json")
+  for name in stale:
+    path = os.path.join(FLAGS.output_dir, name)
+    if tf.gfile.Exists(path):
+      tf.gfile.Remove(path)
   tf.logging.info("Wrote %d predictions to %s", len(predictions),
                   os.path.join(FLAGS.output_dir, "predictions.json"))
   unscored = sum(1 for e in predict_examples if not e.gold_answers)
@@ -249,7 +273,7 @@ def main(_):
   config = runner.make_run_config(FLAGS, num_train_examples=len(train_examples),
                                   example_noun="training questions")
   runner.lock_output_dir(FLAGS.output_dir)
-  model_fn = create_model_fn(bert_config)
+  model_fn = create_model_fn(bert_config, FLAGS.max_seq_length)
   if FLAGS.do_train:
     train(config, model_fn, tokenizer, train_examples)
   if FLAGS.do_predict:

@@ -24,7 +24,9 @@ import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
+from absl import app as absl_app
 
+import mixed_precision
 import modeling
 import multigpu
 import tokenization
@@ -48,17 +50,19 @@ class TrainingDiverged(UsageError):
 
 
 class Preempted(Exception):
-  """SIGTERM or Ctrl-C stopped training after a checkpoint was saved.
+  """SIGTERM or Ctrl-C stopped the run after a checkpoint was saved.
 
   Attributes:
-    signum: the signal that asked for the stop.
-    checkpoint: the checkpoint saved at the stop.
+    signum: the signal that asked for the stop (the exit code is 128 + signum).
   """
 
-  def __init__(self, signum, checkpoint, message):
+  def __init__(self, signum, message):
     super(Preempted, self).__init__(message)
     self.signum = signum
-    self.checkpoint = checkpoint
+
+
+def _signal_name(signum):
+  return "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
 
 
 # ---------------------------------------------------------------------------
@@ -84,27 +88,38 @@ def atomic_write_text(path, text):
   try:
     fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
   except OSError as e:
-    raise _write_error(path, e)
+    raise write_error(path, e)
   try:
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
       f.write(text)
-    # mkstemp makes the file private (0600); give it the mode open() would give it.
-    os.chmod(tmp_path, 0o666 & ~_current_umask())
+    make_file_readable(tmp_path)
     os.replace(tmp_path, path)
   except OSError as e:
     if os.path.exists(tmp_path):
       os.remove(tmp_path)
-    raise _write_error(path, e)
+    raise write_error(path, e)
   except BaseException:
     if os.path.exists(tmp_path):
       os.remove(tmp_path)
     raise
 
 
-def _write_error(path, error):
+def write_error(path, error, tmp_path=None):
+  """The UsageError for a write that the file system refused (disk full, quota, a
+  directory in the way, permissions, a read-only file system)."""
+  if isinstance(error, tf.errors.OpError):
+    reason = error.message.split("\n")[0]
+    if tmp_path and reason.startswith(tmp_path + "; "):  # TF names the temp file first
+      reason = reason[len(tmp_path) + 2:]
+  else:
+    reason = getattr(error, "strerror", None) or str(error)
   return UsageError("cannot write %s (%s): free some space, fix the permissions, or remove "
-                    "what is in the way, then run again." %
-                    (path, getattr(error, "strerror", None) or error))
+                    "what is in the way, then run again." % (path, reason))
+
+
+def make_file_readable(path):
+  """Gives a temp file (mkstemp makes them 0600) the mode open() would give it."""
+  os.chmod(path, 0o666 & ~_current_umask())
 
 
 def format_key_values(values):
@@ -198,6 +213,13 @@ def define_shared_flags(names, **defaults):
   flags.DEFINE_integer("log_steps", 100, "Log progress every this many steps.")
   flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches whose gradients are averaged "
                        "into one update.")
+  flags.DEFINE_enum("precision", "fp32", list(mixed_precision.PRECISIONS), "Compute "
+                    "precision: fp32; bf16 (Ampere-or-newer GPUs, CPUs with bf16 units); fp16 "
+                    "with dynamic loss scaling (V100/T4-class GPUs). Weights stay float32.")
+  flags.DEFINE_bool("use_xla", False, "Compile each tower's step with XLA (for GPUs).")
+  flags.DEFINE_bool("pad_to_max_seq_length", False, "Pad every batch to --max_seq_length "
+                    "instead of to its longest example (the old behaviour; slower on short "
+                    "texts).")
 
 
 def _flag_value(flag_values, name, default=None):
@@ -236,6 +258,10 @@ def check_run_flags(flag_values, positive_flag_names=()):
   output_dir = _flag_value(flag_values, "output_dir")
   if not output_dir:
     raise UsageError("--output_dir is required.")
+  if "://" in output_dir:
+    raise UsageError("--output_dir=%s: give a local directory. The atomic writes and the "
+                     "run lock need a local file system; copy the directory to %s after the "
+                     "run." % (output_dir, output_dir.split("://")[0] + "://..."))
   if tf.gfile.Exists(output_dir) and not tf.gfile.IsDirectory(output_dir):
     raise UsageError("--output_dir=%s is a file, not a directory: give a directory path." %
                      output_dir)
@@ -316,6 +342,10 @@ def available_cpus():
 # The run config: one object with the batch and step arithmetic
 # ---------------------------------------------------------------------------
 
+# With --use_xla, batch lengths are rounded up to a multiple of this.
+XLA_LENGTH_MULTIPLE = 16
+
+
 class RunConfig(object):
   """What the loop needs to know about a run, built from the flags by make_run_config().
 
@@ -335,8 +365,8 @@ class RunConfig(object):
     self.accumulation_steps = fields.pop("accumulation_steps", 1)
     self.micro_batch_size = self.train_batch_size * self.num_towers
     self.global_batch_size = self.micro_batch_size * self.accumulation_steps
-    self.eval_batch_size = fields.pop("eval_batch_size", 8) * self.num_towers
-    self.predict_batch_size = fields.pop("predict_batch_size", 8) * self.num_towers
+    self.global_eval_batch_size = fields.pop("eval_batch_size", 8) * self.num_towers
+    self.global_predict_batch_size = fields.pop("predict_batch_size", 8) * self.num_towers
     self.num_train_steps = fields.pop("num_train_steps", 0)
     self.num_warmup_steps = fields.pop("num_warmup_steps", 0)
     self.learning_rate = fields.pop("learning_rate", 5e-5)
@@ -345,6 +375,12 @@ class RunConfig(object):
     self.keep_checkpoint_max = fields.pop("keep_checkpoint_max", 5)
     self.log_steps = fields.pop("log_steps", 100)
     self.random_seed = fields.pop("random_seed", None)
+    self.precision = fields.pop("precision", "fp32")
+    self.use_xla = fields.pop("use_xla", False)
+    # Batches are cut to their longest example rounded up to this (XLA compiles one program
+    # per shape, so it gets a few lengths); None pads them all to max_seq_length.
+    self.length_multiple = (None if fields.pop("pad_to_max_seq_length", False)
+                            else XLA_LENGTH_MULTIPLE if self.use_xla else 1)
     # A description of the training data for the start-of-run log ("800 training examples").
     self.train_data_description = fields.pop("train_data_description", None)
     self._plan = fields.pop("plan", None)  # a DevicePlan, for tests; else made by plan()
@@ -363,6 +399,7 @@ class RunConfig(object):
                                            self.variables_on_gpu)
       except ValueError as e:
         raise UsageError(str(e))
+      check_precision(self.precision, self._plan)
     return self._plan
 
   def describe_training(self):
@@ -370,8 +407,9 @@ class RunConfig(object):
     lines = ["%d tower(s) x per-tower batch %d x %d accumulation step(s) = global batch %d" % (
         self.num_towers, self.train_batch_size, self.accumulation_steps,
         self.global_batch_size)]
-    steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g" % (
-        self.num_train_steps, self.num_warmup_steps, self.optimizer, self.learning_rate)
+    steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g, precision %s%s" % (
+        self.num_train_steps, self.num_warmup_steps, self.optimizer, self.learning_rate,
+        self.precision, ", XLA" if self.use_xla else "")
     if self.train_data_description:
       steps = "%s = %s" % (self.train_data_description, steps)
     return lines + [steps] + self.plan().describe()
@@ -379,6 +417,39 @@ class RunConfig(object):
 
 # global_step is an int64.
 _MAX_STEPS = 2 ** 63 - 1
+
+
+def _gpu_compute_capabilities():
+  """(major, minor) of each visible GPU, or None where TensorFlow does not say."""
+  details = getattr(tf.config.experimental, "get_device_details", None)
+  capabilities = []
+  for gpu in tf.config.experimental.list_physical_devices("GPU"):
+    capabilities.append(details(gpu).get("compute_capability") if details else None)
+  return capabilities
+
+
+def check_precision(precision, plan):
+  """Refuses a --precision that this TensorFlow or these devices lack (no silent fallback).
+
+  Raises:
+    UsageError: fp16 without a GPU (a CPU only emulates it, slowly); bf16 on TF 1.15 (it
+      lacks bfloat16 kernels) or on a GPU older than Ampere.
+  """
+  on_gpu = any("gpu" in device.lower() for device in plan.tower_devices)
+  if precision == "bf16" and not tf.__version__.startswith("2"):
+    raise UsageError("--precision=bf16 needs TensorFlow 2.x: TF %s lacks bfloat16 kernels "
+                     "for some of BERT's ops (Reciprocal, for one). Use "
+                     "--precision=fp16 on GPUs, or fp32." % tf.__version__)
+  if precision == "fp16" and not on_gpu:
+    raise UsageError("--precision=fp16 needs a GPU (V100, T4 or newer); on a CPU float16 is "
+                     "emulated and slower than fp32. Use --precision=bf16 on CPUs with bf16 "
+                     "units, or fp32.")
+  if precision == "bf16" and on_gpu:
+    for capability in _gpu_compute_capabilities():
+      if capability is not None and tuple(capability) < (8, 0):
+        raise UsageError("--precision=bf16 needs an Ampere-or-newer GPU (compute capability "
+                         "8.0+); this one is %d.%d. Use --precision=fp16 (with loss scaling) "
+                         "or fp32." % tuple(capability))
 
 
 def make_run_config(flag_values, num_train_examples=None, example_noun="training examples"):
@@ -399,7 +470,8 @@ def make_run_config(flag_values, num_train_examples=None, example_noun="training
   fields = {name: _flag_value(flag_values, name) for name in (
       "output_dir", "init_checkpoint", "n_gpus", "towers_per_gpu", "variables_on_gpu",
       "train_batch_size", "accumulation_steps", "learning_rate", "optimizer",
-      "save_checkpoints_steps", "keep_checkpoint_max", "log_steps", "random_seed")}
+      "save_checkpoints_steps", "keep_checkpoint_max", "log_steps", "random_seed",
+      "precision", "use_xla", "pad_to_max_seq_length")}
   for name in ("eval_batch_size", "predict_batch_size"):
     fields[name] = _flag_value(flag_values, name, 8)
   config = RunConfig(**fields)
@@ -437,6 +509,18 @@ LOCK_FILE_NAME = ".bert-mgpu.lock"
 _held_locks = {}
 
 
+def _close_inherited_locks():
+  """In a forked child (featurizing workers): the lock belongs to the parent alone, so a
+  worker that outlives a killed parent does not keep output_dir locked."""
+  for fd in _held_locks.values():
+    os.close(fd)
+  _held_locks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
 def _lock_holder(lock_path):
   try:
     with open(lock_path) as f:
@@ -459,8 +543,8 @@ def lock_output_dir(output_dir):
   except tf.errors.OpError as e:
     raise UsageError("--output_dir=%s: cannot create it (%s). Check the path and its "
                      "permissions." % (output_dir, e.message.split("\n")[0]))
-  if "://" in output_dir or fcntl is None:
-    tf.logging.warning("--output_dir=%s is not locked (not a local directory): make sure no "
+  if fcntl is None:
+    tf.logging.warning("--output_dir=%s is not locked (no fcntl on this system): make sure no "
                        "other run writes there.", output_dir)
     return
   key = os.path.abspath(output_dir)
@@ -507,9 +591,9 @@ class _StopSignals(object):
     if self.signum is not None and signum == signal.SIGINT:
       raise KeyboardInterrupt
     self.signum = signum
-    tf.logging.warning("Received %s: stopping after the current step and saving a "
-                       "checkpoint (Ctrl-C again to stop at once).",
-                       "SIGTERM" if signum == signal.SIGTERM else "SIGINT")
+    tf.logging.warning("Received %s: stopping after the current step (and evaluation, if one "
+                       "is running) and saving a checkpoint%s.", _signal_name(signum),
+                       " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else "")
 
   def __enter__(self):
     try:
@@ -647,7 +731,7 @@ EvalSpec.__doc__ = """Evaluation during training, at every checkpoint.
 
 Fields:
   make_dataset: function() -> tf.data.Dataset of the dev set in global batches of
-    config.eval_batch_size (is_training=False); called inside the graph being built.
+    config.global_eval_batch_size (is_training=False); called inside the graph being built.
   metrics_fn: function(dict name -> np.ndarray of per-example outputs) -> dict name -> float.
   best_metric: key of metrics_fn's result to maximise; its best checkpoint is kept in
     output_dir/best. None: keep no best checkpoint.
@@ -706,6 +790,38 @@ class _Progress(object):
     self.restart()
 
 
+def _batches_consumed(checkpoint, config):
+  """Micro-batches of training data that the run up to `checkpoint` consumed.
+
+  global_step x accumulation_steps, except with fp16, whose skipped updates consumed their
+  batches without moving global_step: there the checkpoint counts the updates attempted.
+  """
+  if not checkpoint:
+    return 0
+  reader = tf.train.load_checkpoint(checkpoint)
+  if reader.has_tensor(mixed_precision.STEPS_ATTEMPTED_VARIABLE):
+    steps = int(reader.get_tensor(mixed_precision.STEPS_ATTEMPTED_VARIABLE))
+  else:
+    steps = checkpoint_global_step(checkpoint)
+  return steps * config.accumulation_steps
+
+
+def _report_overflow(step, loss, scale, overflows_at_minimum_scale, last_path):
+  """Logs an fp16 update skipped for overflowing gradients; raises when skipping cannot help.
+
+  An overflow is not a divergence: the loss scale halves and the step is tried again on
+  the next batch. Gradients that overflow twice with the scale at its minimum (1) are
+  infinite unscaled: that is one.
+  """
+  tf.logging.info("step %d overflowed in fp16 (loss %s): update skipped, loss scale now %g",
+                  step, loss, scale)
+  if overflows_at_minimum_scale >= 2:
+    raise TrainingDiverged(
+        "The gradients are not finite at step %d even with the fp16 loss scale at 1; stopped "
+        "without saving, so the last good checkpoint (%s) is intact. Lower --learning_rate, "
+        "check the input data, or use --precision=bf16 or fp32." % (step, last_path or "none"))
+
+
 def training_finished(config):
   """True when output_dir already holds a checkpoint at config.num_train_steps or later."""
   latest = tf.train.latest_checkpoint(config.output_dir)
@@ -761,16 +877,18 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
   with graph.as_default():
     if config.random_seed is not None:
       tf.set_random_seed(config.random_seed)
-    dataset = make_train_dataset(start_step * config.accumulation_steps)
+    dataset = make_train_dataset(_batches_consumed(latest, config))
     features = tf.data.make_one_shot_iterator(dataset).get_next()
     ops = multigpu.build_training(
         plan, model_fn, features, init_lr=config.learning_rate,
         num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
-        optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps)
+        optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps,
+        precision=config.precision, use_xla=config.use_xla)
     if eval_spec is not None:
       eval_iterator = tf.data.make_initializable_iterator(eval_spec.make_dataset())
       eval_outputs = multigpu.build_inference(plan, model_fn, eval_iterator.get_next(),
-                                              config.eval_batch_size)
+                                              config.global_eval_batch_size, config.precision,
+                                              config.use_xla)
     if latest:
       tf.logging.info("Resuming from %s (step %d of %d); the init checkpoint is not used.",
                       latest, start_step, config.num_train_steps)
@@ -822,9 +940,10 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
           return True
         return False
 
-      step, last_path, saved_step = start_step, latest, start_step
+      step, last_path, saved_step, early_stopped = start_step, latest, start_step, False
       fetches = {"train_op": ops.train_op, "loss": ops.loss, "lr": ops.learning_rate,
                  "global_norm": ops.global_norm}
+      overflows_at_minimum_scale = 0
       while step < config.num_train_steps and stop.signum is None:
         if ops.accumulate_op is None:
           result = sess.run(fetches)
@@ -833,6 +952,14 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
                           for _ in range(config.accumulation_steps)]
           result = sess.run({k: v for k, v in fetches.items() if k != "loss"})
           result["loss"] = float(np.mean(micro_losses))
+        if ops.loss_scale is not None and not np.isfinite(result["global_norm"]):
+          # Skipped: global_step did not move, the loss scale halved (read after the update).
+          scale = float(sess.run(ops.loss_scale.scale))
+          overflows_at_minimum_scale = overflows_at_minimum_scale + 1 if scale <= 1.0 else 0
+          _report_overflow(step + 1, result["loss"], scale, overflows_at_minimum_scale,
+                           last_path)
+          continue
+        overflows_at_minimum_scale = 0
         step += 1
         # A non-finite gradient norm means this update wrote NaN/inf into the weights.
         if not (np.isfinite(result["loss"]) and np.isfinite(result["global_norm"])):
@@ -845,6 +972,7 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
         if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
           last_path, saved_step = save(step), step
           if eval_spec is not None and evaluate_checkpoint(step, last_path):
+            early_stopped = True
             break
           progress.restart()
       if stop.signum is not None and saved_step != step:
@@ -853,12 +981,17 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
       writer.close()
       if eval_writer:
         eval_writer.close()
-      if stop.signum is not None and step < config.num_train_steps:
-        raise Preempted(stop.signum, last_path,
-                        "Stopped by %s at step %d of %d; saved %s. Run the same command again "
-                        "to resume from it." % (
-                            "SIGTERM" if stop.signum == signal.SIGTERM else "Ctrl-C", step,
-                            config.num_train_steps, last_path))
+      if stop.signum is not None:
+        # Also when training had just ended: the signal asked the whole run to stop, so
+        # the evaluation and prediction after training are left to the rerun.
+        if step < config.num_train_steps and not early_stopped:
+          raise Preempted(stop.signum, "Stopped by %s at step %d of %d; saved %s. Run the same "
+                          "command again to resume from it." % (
+                              _signal_name(stop.signum), step, config.num_train_steps,
+                              last_path))
+        raise Preempted(stop.signum, "Stopped by %s after training ended (step %d); saved %s. "
+                        "Run the same command again to evaluate and predict." % (
+                            _signal_name(stop.signum), step, last_path))
   return last_path
 
 
@@ -882,7 +1015,8 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
   graph = tf.Graph()
   with graph.as_default():
     iterator = tf.data.make_initializable_iterator(make_dataset())
-    outputs = multigpu.build_inference(plan, model_fn, iterator.get_next(), batch_size)
+    outputs = multigpu.build_inference(plan, model_fn, iterator.get_next(), batch_size,
+                                       config.precision, config.use_xla)
     saved = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
     missing = [v.op.name for v in tf.global_variables() if v.op.name not in saved]
     if missing:
@@ -901,7 +1035,7 @@ def evaluate(config, model_fn, make_dataset, checkpoint, metrics_fn):
   """The evaluation tail: infers the eval set, scores it and writes eval_results.txt.
 
   Args:
-    config: RunConfig; the dataset comes in global batches of config.eval_batch_size.
+    config: RunConfig; the dataset comes in global batches of config.global_eval_batch_size.
     model_fn, make_dataset: as for infer().
     checkpoint: the weights to evaluate.
     metrics_fn: function(per-example outputs) -> dict name -> number.
@@ -909,7 +1043,7 @@ def evaluate(config, model_fn, make_dataset, checkpoint, metrics_fn):
   Returns:
     (metrics with global_step, the per-example outputs).
   """
-  outputs = infer(config, model_fn, make_dataset, config.eval_batch_size, checkpoint)
+  outputs = infer(config, model_fn, make_dataset, config.global_eval_batch_size, checkpoint)
   metrics = metrics_fn(outputs)
   write_eval_results(config.output_dir, metrics, checkpoint)
   return metrics, outputs
@@ -938,6 +1072,9 @@ def check_command_line(argv, flag_values=None):
     UsageError: one line naming the flag and the closest known one.
   """
   flag_values = flag_values or tf.flags.FLAGS
+  if flag_values is tf.flags.FLAGS:
+    # --help, --helpshort and --helpfull are defined by absl's app.run, which runs later.
+    absl_app.define_help_flags()
   try:
     leftover = flag_values(list(argv))
   except tf.flags.Error as e:
@@ -951,8 +1088,8 @@ def check_command_line(argv, flag_values=None):
                      "--undefok=%s. (--helpfull lists every flag.)" % (name, hint, name))
   if len(leftover) > 1:
     stray = leftover[1]
-    raise UsageError("unexpected argument %r: flags take their value after '=', e.g. "
-                     "--do_train=true (a bare word after a flag is not its value)." % stray)
+    raise UsageError("unexpected argument %r: a boolean flag takes its value after '=', "
+                     "e.g. --do_train=true (a bare word after it is not its value)." % stray)
 
 
 def run_main(main, argv=None):

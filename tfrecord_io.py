@@ -6,6 +6,7 @@ import tempfile
 
 import tensorflow.compat.v1 as tf
 
+import runner
 from runner import UsageError
 
 def _decode_record(record, feature_spec):
@@ -49,12 +50,44 @@ def expand_input_files(input_file_flag, directory_suffix=None):
   return files
 
 
+# The features with one value per token position: trimming cuts them all to one length.
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def trim_to_longest(features, length_multiple=1):
+  """Cuts a batch's token-position features to its longest example.
+
+  BERT's attention mask gives padding positions a zero weight, so the real tokens'
+  outputs do not change (up to float rounding); only the compute spent on padding goes.
+
+  Args:
+    features: dict name -> Tensor; input_ids, input_mask and segment_ids are
+      [batch, max_seq_length] with input_mask 1 on real tokens.
+    length_multiple: round the length up to a multiple of this (XLA compiles one program
+      per shape: a few lengths instead of one per length).
+
+  Returns:
+    The dict with the SEQUENCE_FEATURES cut to [batch, length], length <= max_seq_length.
+  """
+  mask = features["input_mask"]
+  max_length = tf.shape(mask)[1]
+  longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
+  length = (tf.maximum(longest, 1) + length_multiple - 1) // length_multiple * length_multiple
+  length = tf.minimum(length, max_length)
+  trimmed = dict(features)
+  for name in SEQUENCE_FEATURES:
+    if name in features:
+      trimmed[name] = features[name][:, :length]
+  return trimmed
+
+
 def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed=None,
-                 shuffle_buffer=10000, skip_batches=0):
+                 shuffle_buffer=10000, skip_batches=0, length_multiple=1):
   """Reads TFRecord files into batches of the *global* batch size.
 
   The global batch is formed before it is split across towers, so a seed gives the same
-  sequence of global batches whatever the tower count.
+  sequence of global batches whatever the tower count. Each batch is then cut to its
+  longest example (trim_to_longest), which does not change which examples form it.
 
   Args:
     input_files: list of TFRecord paths.
@@ -66,6 +99,8 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
     shuffle_buffer: examples in the shuffle buffer.
     skip_batches: batches to skip (a resumed run skips what it already trained on, so it sees
       the same data as a run that never stopped).
+    length_multiple: trim each batch to its longest example rounded up to a multiple of
+      this; None keeps every batch padded to the full length of the records.
 
   Returns:
     A tf.data.Dataset of dicts name -> tensor [batch, ...].
@@ -80,25 +115,14 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
   dataset = dataset.map(lambda record: _decode_record(record, feature_spec),
                         num_parallel_calls=4)
   dataset = dataset.batch(global_batch_size, drop_remainder=is_training)
+  if length_multiple:
+    dataset = dataset.map(lambda batch: trim_to_longest(batch, length_multiple))
   return dataset.prefetch(2)
 
 
 def int64_feature(values):
   """A tf.train.Feature of int64 values."""
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def _write_error(path, error, tmp_path=None):
-  """The UsageError for a write that the file system refused (disk full, quota, a
-  directory in the way, permissions, a read-only file system)."""
-  if isinstance(error, tf.errors.OpError):
-    reason = error.message.split("\n")[0]
-    if tmp_path and reason.startswith(tmp_path + "; "):  # TF names the temp file first
-      reason = reason[len(tmp_path) + 2:]
-  else:
-    reason = getattr(error, "strerror", None) or str(error)
-  return UsageError("cannot write %s (%s): free some space, fix the permissions, or remove "
-                    "what is in the way, then run again." % (path, reason))
 
 
 def write_records_atomically(path, records):
@@ -125,19 +149,19 @@ def write_records_atomically(path, records):
     fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
     os.close(fd)
   except OSError as e:
-    raise _write_error(path, e)
+    raise runner.write_error(path, e)
   try:
     count = 0
     try:
       writer = tf.python_io.TFRecordWriter(tmp_path)
     except (OSError, tf.errors.OpError) as e:
-      raise _write_error(path, e, tmp_path)
+      raise runner.write_error(path, e, tmp_path)
     try:
       for record in records:
         try:
           writer.write(record)
         except (OSError, tf.errors.OpError) as e:
-          raise _write_error(path, e, tmp_path)
+          raise runner.write_error(path, e, tmp_path)
         count += 1
     except BaseException:
       try:
@@ -148,11 +172,12 @@ def write_records_atomically(path, records):
     try:
       writer.close()
     except (OSError, tf.errors.OpError) as e:
-      raise _write_error(path, e, tmp_path)
+      raise runner.write_error(path, e, tmp_path)
     try:
+      runner.make_file_readable(tmp_path)
       os.replace(tmp_path, path)
     except OSError as e:
-      raise _write_error(path, e)
+      raise runner.write_error(path, e)
   except BaseException:
     if os.path.exists(tmp_path):
       os.remove(tmp_path)

@@ -211,6 +211,21 @@ def make_cases(root):
   cases["max_seq_length_2"] = classifier_case(root, "max_seq_length_2", {"train.tsv": tsv(ROWS)},
                                               max_seq_length=2, fragments=["--max_seq_length=2"])
 
+  # Predict-only with no trained model: refused, but only after the lock and the features
+  # had been written to a new output_dir.
+  cases["predict_without_a_model"] = classifier_case(
+      root, "predict_without_a_model", {"train.tsv": tsv(ROWS), "test.tsv": tsv(ROWS)},
+      do_train=None, do_predict=True,
+      fragments=["No checkpoint in --output_dir=%s" % os.path.join(root,
+                                                                   "predict_without_a_model",
+                                                                   "out")])
+
+  # A URL output_dir: half-written local files named after the URL, then a traceback.
+  cases["url_output_dir"] = classifier_case(root, "url_output_dir", {"train.tsv": tsv(ROWS)},
+                                            output_dir="file:///tmp/x",
+                                            fragments=["--output_dir=file:///tmp/x",
+                                                       "local directory"])
+
   # --input_file through a regular file: TF 1.15's Glob raised FailedPreconditionError.
   vocab_file, config_file = write_model_files(os.path.join(root, "pretraining_input"), [CONTEXT])
   input_file = os.path.join(vocab_file, "*.tfrecord")
@@ -226,11 +241,12 @@ CASE_IDS = ["config_heads", "csv_unclosed_quote", "cr_line_ends", "jsonl_unpaire
             "labels_txt_is_a_directory", "disk_full_while_featurizing",
             "squad_vocab_without_cls", "squad_negative_answer_start", "squad_empty_question",
             "vocab_token_twice", "absurd_epochs", "squad_nan_threshold", "max_seq_length_2",
-            "pretraining_input_under_a_file"]
+            "predict_without_a_model", "url_output_dir", "pretraining_input_under_a_file"]
 
 # Cases stopped before output_dir is claimed: they must not create it.
 NO_OUTPUT_DIR = ("vocab_token_twice", "absurd_epochs", "squad_nan_threshold",
-                 "max_seq_length_2", "config_heads", "squad_vocab_without_cls")
+                 "max_seq_length_2", "config_heads", "squad_vocab_without_cls",
+                 "predict_without_a_model")
 
 
 def run_case(case):
@@ -334,3 +350,9 @@ def test_vocab_that_would_load_as_garbage_is_refused(tmp_path, data, fragments):
   assert path in message and "\n" not in message
   for fragment in fragments:
     assert fragment in message, (fragment, message)
+
+
+def test_help_flags_print_the_flags_and_are_not_typos():
+  result = cli.run_script("run_classifier_mgpu.py", ["--helpfull"])
+  assert "unknown flag" not in result.stderr + result.stdout
+  assert "--n_gpus" in result.stdout and "--task_name" in result.stdout

@@ -5,6 +5,7 @@ preemption), inference, the run config, strict flags and the output_dir lock."""
 import glob
 import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -158,7 +159,7 @@ def test_run_config_does_the_batch_and_step_arithmetic_once():
   config = runner.make_run_config(classifier_flags(), num_train_examples=1000)
   assert config.num_towers == 4
   assert config.micro_batch_size == 16 and config.global_batch_size == 48
-  assert config.eval_batch_size == 20 and config.predict_batch_size == 24
+  assert config.global_eval_batch_size == 20 and config.global_predict_batch_size == 24
   assert config.num_train_steps == 41  # int(1000 x 2 / 48)
   assert config.num_warmup_steps == 4
   # Pretraining counts steps itself.
@@ -205,3 +206,105 @@ def test_undefok_lets_a_command_line_keep_an_unknown_flag():
   runner.check_command_line(["script.py", "--n_gpu=2", "--undefok=n_gpu", "--nodo_train"],
                             flag_values)
   assert flag_values.n_gpus == 1 and not flag_values.do_train
+
+
+# ---------------------------------------------------------------------------
+# fp16: skipped steps are not divergence, and resume counts the batches consumed
+# ---------------------------------------------------------------------------
+
+POISON_ID = 39  # an input id whose batch gets a NaN gradient (an fp16 overflow stand-in)
+
+
+def poisoned_model_fn():
+  """The tiny classifier whose gradient is NaN on a batch holding POISON_ID (finite loss)."""
+  base = classifier_model_fn()
+
+  def model_fn(features, is_training):
+    outputs = base(features, is_training)
+    poisoned = tf.reduce_any(tf.equal(features["input_ids"], POISON_ID))
+    bias = [v for v in tf.trainable_variables() if v.op.name == "output_bias"][0]
+    # Adds 0 to the loss; its gradient is 0/0 when poisoned.
+    trap = tf.sqrt(tf.reduce_sum(tf.square(bias - tf.stop_gradient(bias))))
+    outputs["loss"] += tf.where_v2(poisoned, trap, tf.zeros_like(trap))
+    return outputs
+  return model_fn
+
+
+def poisoned_records(tmp_path):
+  batch = random_batch(np.random.RandomState(8), 48)
+  batch["input_ids"] = np.where(batch["input_ids"] == POISON_ID, 1, batch["input_ids"])
+  batch["input_ids"][5, 1] = POISON_ID
+  record_file = str(tmp_path / "train.tf_record")
+  write_records(record_file, batch)
+  return record_file
+
+
+def test_fp16_skipped_steps_are_not_divergence_and_resume_counts_batches(tmp_path):
+  record_file = poisoned_records(tmp_path)
+
+  def train(output_dir, steps):
+    config = run_config(output_dir, 2, 8, steps, precision="fp16", random_seed=2,
+                        save_checkpoints_steps=3)
+    return runner.train(config, poisoned_model_fn(), train_dataset_fn(record_file, 8))
+
+  straight = train(tmp_path / "straight", 9)
+  reader = tf.train.load_checkpoint(straight)
+  assert reader.get_tensor("global_step") == 9
+  # Each batch with the poisoned example was an attempt that skipped its update.
+  overflows = int(reader.get_tensor("loss_scaling/steps_attempted")) - 9
+  assert overflows >= 1, "the poisoned example never came up"
+  assert reader.get_tensor("loss_scaling/scale") == 2.0 ** 15 / 2 ** overflows
+
+  # A copy as it was when stopped at the first checkpoint after a skipped step, then
+  # resumed: the data position comes from steps_attempted, not global_step, so the run
+  # ends where the straight one did. The poisoned example is in one of the first 6
+  # batches, so the checkpoint of step 6 at the latest comes after a skip.
+  stop_step = [s for s in (3, 6) if tf.train.load_checkpoint(
+      os.path.join(str(tmp_path / "straight"), "model.ckpt-%d" % s)).get_tensor(
+          "loss_scaling/steps_attempted") > s][0]
+  resumed_dir = str(tmp_path / "resumed")
+  shutil.copytree(str(tmp_path / "straight"), resumed_dir)
+  for later in range(stop_step + 1, 10):
+    for path in glob.glob(os.path.join(resumed_dir, "model.ckpt-%d.*" % later)):
+      os.remove(path)
+  tf.train.update_checkpoint_state(resumed_dir,
+                                   os.path.join(resumed_dir, "model.ckpt-%d" % stop_step))
+  resumed = train(resumed_dir, 9)
+  a, b = checkpoint_values(straight), checkpoint_values(resumed)
+  for name in a:
+    np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+# ---------------------------------------------------------------------------
+# A signal at the very end of training still stops the run
+# ---------------------------------------------------------------------------
+
+def signalling_eval_spec(record_file, metric_values, signal_at_call):
+  """An EvalSpec whose metrics come from `metric_values`; its call number `signal_at_call`
+  (1-based) sends this process SIGTERM, as a scheduler would during that evaluation."""
+  calls = []
+
+  def metrics_fn(unused_outputs):
+    calls.append(1)
+    if len(calls) == signal_at_call:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return {"score": metric_values[len(calls) - 1]}
+  return runner.EvalSpec(lambda: tfrecord_io.make_dataset([record_file], FEATURE_SPEC, 8, False),
+                         metrics_fn, "score", 1)
+
+
+@pytest.mark.parametrize("metric_values, signal_at_call, stop_step", [
+    ([0.1, 0.2, 0.3], 3, 3),   # during the evaluation of the last step
+    ([0.5, 0.4, 0.3], 2, 2),   # during the evaluation that stops early
+])
+def test_a_signal_when_training_ends_still_stops_the_run(tmp_path, metric_values,
+                                                        signal_at_call, stop_step):
+  record_file = records_file(tmp_path, seed=6, num_examples=16)
+  output_dir = str(tmp_path / "model")
+  with pytest.raises(runner.Preempted, match=r"Stopped by SIGTERM after training ended "
+                     r"\(step %d\); saved .*model\.ckpt-%d\. Run the same command again to "
+                     r"evaluate and predict\." % (stop_step, stop_step)):
+    runner.train(run_config(output_dir, 1, 8, 3, save_checkpoints_steps=1), classifier_model_fn(),
+                 train_dataset_fn(record_file, 8),
+                 signalling_eval_spec(record_file, metric_values, signal_at_call))
+  assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone again

@@ -25,7 +25,8 @@ def classifier_model_fn(config=TINY_CONFIG, nan_loss=False, nan_gradient=False):
     weights = tf.get_variable("output_weights", [NUM_LABELS, config.hidden_size],
                               initializer=tf.truncated_normal_initializer(stddev=0.02))
     bias = tf.get_variable("output_bias", [NUM_LABELS], initializer=tf.zeros_initializer())
-    logits = tf.matmul(pooled, weights, transpose_b=True) + bias  # [batch, labels]
+    # [batch, labels], float32 whatever the compute precision (as the run scripts' heads).
+    logits = tf.cast(tf.matmul(pooled, weights, transpose_b=True) + bias, tf.float32)
     log_probs = tf.nn.log_softmax(logits)
     per_example_loss = -tf.reduce_sum(
         tf.one_hot(features["label_ids"], NUM_LABELS) * log_probs, axis=-1)  # [batch]

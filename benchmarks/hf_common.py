@@ -1,0 +1,90 @@
+"""Pieces shared by hf_train_step.py and hf_finetune.py (PyTorch peers of our benchmarks).
+
+Not part of the project: imports torch and transformers, which only the benchmark
+virtualenv has (see benchmarks/README.md). Everything here builds models from a
+config with random weights; nothing is downloaded.
+"""
+
+import json
+import os
+
+import torch
+import transformers
+
+# Google's bert_config.json fields that map one to one onto transformers.BertConfig.
+GOOGLE_CONFIG_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "intermediate_size", "hidden_act", "hidden_dropout_prob",
+    "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+    "initializer_range")
+
+# As in our optimization.py: no weight decay on LayerNorm parameters and biases.
+NO_DECAY_PATTERNS = ("LayerNorm", "layer_norm", "bias")
+
+
+def hf_bert_config(google_fields, num_labels, attn_implementation=None):
+  """Builds a transformers.BertConfig from the fields of a Google bert_config.json.
+
+  Args:
+    google_fields: dict with (a subset of) GOOGLE_CONFIG_FIELDS; other keys are ignored.
+      "gelu" means the exact erf GELU in both Google's BERT and transformers.
+    num_labels: classes of the classification head.
+    attn_implementation: "eager" or "sdpa" (transformers' default), or None.
+
+  Returns:
+    A BertConfig with layer_norm_eps=1e-12, as Google's BERT uses.
+  """
+  kwargs = {k: google_fields[k] for k in GOOGLE_CONFIG_FIELDS if k in google_fields}
+  config = transformers.BertConfig(num_labels=num_labels, layer_norm_eps=1e-12, **kwargs)
+  if attn_implementation:
+    config._attn_implementation = attn_implementation  # pylint: disable=protected-access
+  return config
+
+
+def read_google_config(path):
+  """Reads a Google bert_config.json into a dict."""
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def set_threads(threads):
+  """Sets torch's intra-op threads (0 or None: every core); returns the number used."""
+  threads = threads or os.cpu_count() or 1
+  torch.set_num_threads(threads)
+  return threads
+
+
+def make_optimizer(model, learning_rate, weight_decay=0.01):
+  """torch AdamW with eps 1e-6 and weight decay off for LayerNorm parameters and biases.
+
+  Note: torch's AdamW applies Adam's bias correction, Google's AdamWeightDecay
+  (ours) does not; the cost per step is the same.
+  """
+  decay, no_decay = [], []
+  for name, param in model.named_parameters():
+    if not param.requires_grad:
+      continue
+    if any(p in name for p in NO_DECAY_PATTERNS):
+      no_decay.append(param)
+    else:
+      decay.append(param)
+  groups = [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+  return torch.optim.AdamW(groups, lr=learning_rate, eps=1e-6)
+
+
+def autocast_context(precision):
+  """torch.autocast on CPU in bfloat16 for "bf16"; a no-op context for "fp32"."""
+  if precision == "bf16":
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+  return torch.autocast("cpu", enabled=False)
+
+
+def versions():
+  """The framework fields every JSON line starts with."""
+  return {"framework": "pytorch", "torch": torch.__version__,
+          "transformers": transformers.__version__}
+
+
+def count_parameters(model):
+  return sum(p.numel() for p in model.parameters())

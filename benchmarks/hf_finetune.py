@@ -1,0 +1,232 @@
+"""A whole fine-tuning job with Hugging Face's usual PyTorch recipe, for timing.
+
+The peer of `run_classifier_mgpu.py --task_name=tsv --do_train --do_eval --do_predict`:
+the same TSV files (header row naming the columns `label`, `text_a`, optionally
+`text_b`; the test file may lack `label`), the same vocab.txt and bert_config.json.
+The model starts from random weights (built from the config; nothing is downloaded).
+
+Recipe: BertTokenizerFast on the local vocab.txt (lower-cased, one token per Chinese
+character, as Google's tokenizer), truncation to --max_seq_length, no padding at
+featurize time; shuffled training batches (seeded) padded to their longest example
+(DataCollatorWithPadding); AdamW (weight decay 0.01 except LayerNorm and biases, eps
+1e-6) with a linear warmup (--warmup_proportion) and linear decay
+(get_linear_schedule_with_warmup); gradient norm clipped to 1.0. Then dev accuracy
+(if dev.tsv exists) and test predictions, batches padded to their longest, written
+to --output_dir/predict.txt (one label per line, in input order).
+
+Labels: data_dir/labels.txt if it exists, else the sorted labels of train.tsv (as ours).
+
+Prints one JSON line: seconds of featurize, train, eval, predict and total (wall
+clock, including model building), training examples/sec and the dev accuracy.
+
+  python benchmarks/hf_finetune.py --data_dir D --vocab_file D/vocab.txt \
+      --bert_config_file D/bert_config.json --output_dir OUT \
+      [--max_seq_length 128] [--train_batch_size 32] [--learning_rate 5e-5] \
+      [--num_train_epochs 3] [--threads N] [--seed 12345]
+"""
+
+import argparse
+import inspect
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_common  # pylint: disable=wrong-import-position
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--data_dir", required=True, help="train.tsv, test.tsv, optional dev.tsv")
+  p.add_argument("--vocab_file", required=True)
+  p.add_argument("--bert_config_file", required=True, help="a Google bert_config.json")
+  p.add_argument("--output_dir", required=True, help="predict.txt is written here")
+  p.add_argument("--do_lower_case", default=True, action=argparse.BooleanOptionalAction)
+  p.add_argument("--max_seq_length", type=int, default=128)
+  p.add_argument("--train_batch_size", type=int, default=32)
+  p.add_argument("--predict_batch_size", type=int, default=8)
+  p.add_argument("--learning_rate", type=float, default=5e-5)
+  p.add_argument("--num_train_epochs", type=float, default=3.0)
+  p.add_argument("--warmup_proportion", type=float, default=0.1)
+  p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: all cores")
+  p.add_argument("--seed", type=int, default=12345)
+  return p.parse_args(argv)
+
+
+def read_tsv(path, need_label):
+  """Reads a TSV file with a header row into a list of (label, text_a, text_b) tuples.
+
+  Args:
+    path: the file (UTF-8, optional byte order mark). Fields are split at every tab;
+      quotes are ordinary text. Blank lines are skipped.
+    need_label: whether the header must have a `label` column (train and dev).
+  """
+  with open(path, encoding="utf-8-sig") as f:
+    rows = [line.rstrip("\r\n").split("\t") for line in f if line.strip()]
+  header = [name.strip().lower() for name in rows[0]] if rows else []
+  if "text_a" not in header or (need_label and "label" not in header):
+    sys.exit("%s: the header row must name the columns label and text_a" % path)
+  col = {name: header.index(name) for name in ("label", "text_a", "text_b") if name in header}
+  examples = []
+  for fields in rows[1:]:
+    get = lambda name, f=fields: f[col[name]] if name in col and col[name] < len(f) else None
+    examples.append((get("label"), get("text_a") or "", get("text_b")))
+  return examples
+
+
+def read_vocab(path):
+  """vocab.txt as {token: id}, line by line (Google's load_vocab)."""
+  with open(path, encoding="utf-8") as f:
+    return {line.strip(): index for index, line in enumerate(f)}
+
+
+def load_tokenizer(vocab_file, do_lower_case):
+  """BertTokenizerFast built from a local vocab.txt, checked to hold the whole vocab.
+
+  transformers 5 takes the vocab as `vocab=` (and silently ignores `vocab_file=`,
+  leaving only the 5 special tokens); transformers 4 takes `vocab_file=`.
+  """
+  vocab = read_vocab(vocab_file)
+  cls = transformers.BertTokenizerFast
+  if "vocab" in inspect.signature(cls.__init__).parameters:
+    tokenizer = cls(vocab=vocab, do_lower_case=do_lower_case)
+  else:
+    tokenizer = cls(vocab_file=vocab_file, do_lower_case=do_lower_case)
+  if len(tokenizer.get_vocab()) != len(vocab):
+    sys.exit("the tokenizer holds %d tokens, %s has %d" % (
+        len(tokenizer.get_vocab()), vocab_file, len(vocab)))
+  return tokenizer
+
+
+def featurize(tokenizer, examples, label_ids, max_seq_length):
+  """Tokenizes (truncating to max_seq_length, no padding) into a list of feature dicts."""
+  texts_a = [e[1] for e in examples]
+  texts_b = [e[2] for e in examples] if any(e[2] is not None for e in examples) else None
+  encoded = tokenizer(texts_a, texts_b, truncation=True, max_length=max_seq_length)
+  features = []
+  for i, example in enumerate(examples):
+    feature = {key: encoded[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
+    if label_ids is not None:
+      if example[0] not in label_ids:
+        sys.exit("label %r is not in the label list %s" % (example[0], sorted(label_ids)))
+      feature["labels"] = label_ids[example[0]]
+    features.append(feature)
+  return features
+
+
+def predict(model, features, collator, batch_size):
+  """Predicted label ids of `features`, in order; batches padded to their longest."""
+  model.eval()
+  loader = torch.utils.data.DataLoader(features, batch_size=batch_size, shuffle=False,
+                                       collate_fn=collator)
+  predicted = []
+  with torch.inference_mode():
+    for batch in loader:
+      batch.pop("labels", None)
+      predicted.extend(model(**batch).logits.argmax(-1).tolist())
+  return predicted
+
+
+def main(argv=None):
+  start_total = time.perf_counter()
+  args = parse_args(argv)
+  threads = hf_common.set_threads(args.threads)
+  torch.manual_seed(args.seed)
+  transformers.logging.set_verbosity_error()
+  os.makedirs(args.output_dir, exist_ok=True)
+
+  train = read_tsv(os.path.join(args.data_dir, "train.tsv"), need_label=True)
+  dev_path = os.path.join(args.data_dir, "dev.tsv")
+  dev = read_tsv(dev_path, need_label=True) if os.path.isfile(dev_path) else None
+  test = read_tsv(os.path.join(args.data_dir, "test.tsv"), need_label=False)
+  labels_path = os.path.join(args.data_dir, "labels.txt")
+  if os.path.isfile(labels_path):
+    with open(labels_path, encoding="utf-8") as f:
+      labels = [line.strip() for line in f if line.strip()]
+  else:
+    labels = sorted(set(e[0] for e in train))
+  label_ids = {label: i for i, label in enumerate(labels)}
+
+  start = time.perf_counter()
+  tokenizer = load_tokenizer(args.vocab_file, args.do_lower_case)
+  train_features = featurize(tokenizer, train, label_ids, args.max_seq_length)
+  dev_features = featurize(tokenizer, dev, label_ids, args.max_seq_length) if dev else None
+  test_features = featurize(tokenizer, test, None, args.max_seq_length)
+  featurize_seconds = time.perf_counter() - start
+
+  config = hf_common.hf_bert_config(hf_common.read_google_config(args.bert_config_file),
+                                    len(labels))
+  model = transformers.BertForSequenceClassification(config)
+  collator = transformers.DataCollatorWithPadding(tokenizer)
+  loader = torch.utils.data.DataLoader(
+      train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
+      generator=torch.Generator().manual_seed(args.seed))
+  num_steps = max(1, math.ceil(len(loader) * args.num_train_epochs))
+  optimizer = hf_common.make_optimizer(model, args.learning_rate)
+  scheduler = transformers.get_linear_schedule_with_warmup(
+      optimizer, int(num_steps * args.warmup_proportion), num_steps)
+
+  start = time.perf_counter()
+  model.train()
+  step, trained_examples, loss = 0, 0, float("nan")
+  while step < num_steps:
+    for batch in loader:
+      optimizer.zero_grad(set_to_none=True)
+      output = model(**batch)
+      output.loss.backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      optimizer.step()
+      scheduler.step()
+      loss = output.loss.item()
+      trained_examples += batch["input_ids"].shape[0]
+      step += 1
+      if step == num_steps:
+        break
+  train_seconds = time.perf_counter() - start
+
+  start = time.perf_counter()
+  dev_accuracy = None
+  if dev_features:
+    predicted = predict(model, dev_features, collator, args.predict_batch_size)
+    dev_accuracy = sum(p == f["labels"] for p, f in zip(predicted, dev_features)) / len(predicted)
+  eval_seconds = time.perf_counter() - start
+
+  start = time.perf_counter()
+  predicted = predict(model, test_features, collator, args.predict_batch_size)
+  predict_path = os.path.join(args.output_dir, "predict.txt")
+  with open(predict_path, "w", encoding="utf-8") as f:
+    f.write("".join(labels[i] + "\n" for i in predicted))
+  predict_seconds = time.perf_counter() - start
+
+  result = hf_common.versions()
+  result.update({
+      "task": "tsv",
+      "featurize_seconds": round(featurize_seconds, 3),
+      "train_seconds": round(train_seconds, 3),
+      "eval_seconds": round(eval_seconds, 3),
+      "predict_seconds": round(predict_seconds, 3),
+      "total_seconds": round(time.perf_counter() - start_total, 3),
+      "train_examples_per_sec": round(trained_examples / train_seconds, 2),
+      "train_steps": num_steps,
+      "train_examples": len(train),
+      "final_loss": round(loss, 4),
+      "dev_accuracy": None if dev_accuracy is None else round(dev_accuracy, 4),
+      "dev_examples": len(dev) if dev else 0,
+      "test_examples": len(test),
+      "train_batch_size": args.train_batch_size,
+      "max_seq_length": args.max_seq_length,
+      "learning_rate": args.learning_rate,
+      "num_train_epochs": args.num_train_epochs,
+      "threads": threads,
+      "predict_file": predict_path,
+  })
+  print(json.dumps(result, ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,252 @@
+# coding=utf-8
+"""Training throughput of the real BERT step (towers, head, optimizer) on synthetic data.
+
+  python scripts/benchmark.py [--task=classifier|pretraining|squad] [--n_gpus=1]
+      [--train_batch_size=16] [--max_seq_length=128] [--precision=fp32|bf16|fp16]
+      [--use_xla] [--length_distribution=fixed|short] [--pad_to_max_seq_length]
+      [--sweep_gpus=1,2,4,8]
+
+The step is built with multigpu.build_training from the run scripts' own heads, on batches
+made in memory (no disk). It prints one JSON line per measurement (examples_per_sec is
+global, step_time_ms the median), then a readable line. --sweep_gpus measures each GPU count
+with the per-tower batch fixed (weak scaling, as NVIDIA's tables) and prints the table users
+compare with published results: examples/s, speedup over the first count and scaling
+efficiency.
+
+With no GPU visible the towers are logical CPU devices sharing the same cores: a sweep then
+measures what splitting costs, not a speed-up. docs/PERFORMANCE.md records the figures.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import modeling  # pylint: disable=wrong-import-position
+import multigpu  # pylint: disable=wrong-import-position
+import run_classifier_mgpu  # pylint: disable=wrong-import-position
+import run_pretraining_mgpu  # pylint: disable=wrong-import-position
+import run_squad_mgpu  # pylint: disable=wrong-import-position
+import runner  # pylint: disable=wrong-import-position
+import tfrecord_io  # pylint: disable=wrong-import-position
+
+# Distinct synthetic batches, cycled: enough that the input is not one cached tensor.
+NUM_SYNTHETIC_BATCHES = 8
+MAX_PREDICTIONS_PER_SEQ = 20
+
+
+def default_config():
+  """hidden 256, 4 layers, 4 heads, intermediate 1024, the Chinese vocab (the issue's)."""
+  return modeling.BertConfig(vocab_size=21128, hidden_size=256, num_hidden_layers=4,
+                             num_attention_heads=4, intermediate_size=1024,
+                             max_position_embeddings=512)
+
+
+def text_lengths(rng, count, max_seq_length, distribution):
+  """Token counts with [CLS] and [SEP]: all max_seq_length, or drawn like short texts.
+
+  "short": log-normal character counts (median 20, sigma 0.5) clipped to 2..60, plus the
+  two special tokens: Chinese titles and queries, one token per character
+  (benchmarks/hf_train_step.py draws the same).
+  """
+  if distribution == "fixed":
+    return np.full([count], max_seq_length, np.int64)
+  chars = np.clip(np.round(rng.lognormal(np.log(20.0), 0.5, size=count)), 2, 60)
+  return np.minimum(chars.astype(np.int64) + 2, max_seq_length)
+
+
+def synthetic_examples(task, config, count, max_seq_length, distribution, seed=12345):
+  """`count` random examples of `task`, padded to max_seq_length, as dict of arrays."""
+  rng = np.random.RandomState(seed)
+  lengths = text_lengths(rng, count, max_seq_length, distribution)
+  positions = np.arange(max_seq_length)[None, :]
+  input_mask = (positions < lengths[:, None]).astype(np.int32)  # [count, seq]
+  examples = {
+      "input_ids": rng.randint(1, config.vocab_size, [count, max_seq_length]) * input_mask,
+      "input_mask": input_mask,
+      "segment_ids": np.zeros([count, max_seq_length], np.int32),
+  }
+  if task == "classifier":
+    examples["label_ids"] = rng.randint(0, 2, [count])
+  elif task == "squad":
+    examples["unique_ids"] = np.arange(count)
+    examples["start_positions"] = rng.randint(0, lengths)
+    examples["end_positions"] = np.minimum(examples["start_positions"] + 3, lengths - 1)
+  else:
+    num_predictions = min(MAX_PREDICTIONS_PER_SEQ, max_seq_length)
+    examples["masked_lm_positions"] = np.stack(
+        [np.sort(rng.choice(np.arange(1, max(n - 1, 2)), num_predictions)) for n in lengths])
+    examples["masked_lm_ids"] = rng.randint(1, config.vocab_size, [count, num_predictions])
+    examples["masked_lm_weights"] = np.ones([count, num_predictions], np.float32)
+    examples["next_sentence_labels"] = rng.randint(0, 2, [count, 1])
+  return {name: value.astype(np.float32 if value.dtype == np.float32 else np.int32)
+          for name, value in examples.items()}
+
+
+# Where a step's time goes: op categories, by op type and name scope (docs/PERFORMANCE.md).
+PROFILE_CATEGORIES = (
+    ("input pipeline", lambda name, op: op in ("IteratorGetNext", "IteratorV2") or
+     name.startswith("IteratorGetNext")),
+    ("optimizer update", lambda name, op: "apply_gradients" in name or "AdamWeightDecay" in name
+     or "LAMB" in name or "RAdam" in name),
+    ("gradient averaging", lambda name, op: name.startswith("average_towers")),
+    ("attention softmax and mask", lambda name, op: op in ("Softmax", "SoftmaxGrad") or
+     "/attention/self/" in name and op in ("Mul", "AddV2", "Add", "Sub", "Cast", "Transpose",
+                                           "Reshape")),
+    ("matmuls", lambda name, op: op in ("MatMul", "BatchMatMulV2", "BatchMatMul",
+                                        "_MklMatMul", "_MklBatchMatMulV2", "_FusedMatMul",
+                                        "_MklFusedMatMul", "Einsum")),
+    ("layer norm", lambda name, op: "LayerNorm" in name),
+    ("gelu and other elementwise", lambda name, op: True),
+)
+
+
+def profile_step(sess, fetches, steps=3):
+  """Runs `steps` traced steps; returns {category: share of the summed op time}."""
+  totals = dict((category, 0.0) for category, _ in PROFILE_CATEGORIES)
+  for _ in range(steps):
+    metadata = tf.RunMetadata()
+    sess.run(fetches, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+             run_metadata=metadata)
+    for device in metadata.step_stats.dev_stats:
+      for node in device.node_stats:
+        name = node.node_name.split(":")[0]
+        label = node.timeline_label  # "name = OpType(inputs)"
+        op = label.split(" = ", 1)[1].split("(")[0] if " = " in label else ""
+        for category, matches in PROFILE_CATEGORIES:
+          if matches(name, op):
+            totals[category] += node.all_end_rel_micros
+            break
+  total = sum(totals.values()) or 1.0
+  return dict((category, round(value / total, 3)) for category, value in totals.items())
+
+
+def model_fn_for(task, config):
+  if task == "classifier":
+    return run_classifier_mgpu.create_model_fn(config, num_labels=2)
+  if task == "squad":
+    return run_squad_mgpu.create_model_fn(config)  # no max_seq_length: outputs are not kept
+  return run_pretraining_mgpu.create_model_fn(config)
+
+
+def measure(args, config, n_gpus):
+  """Builds the training step for n_gpus and times it. Returns the result dict."""
+  plan = multigpu.plan_devices(n_gpus, args.towers_per_gpu, args.variables_on_gpu)
+  micro_batch = args.train_batch_size * plan.num_towers
+  examples = synthetic_examples(args.task, config, micro_batch * NUM_SYNTHETIC_BATCHES,
+                                args.max_seq_length, args.length_distribution)
+  with tf.Graph().as_default():
+    tf.set_random_seed(1)
+    dataset = tf.data.Dataset.from_tensor_slices(examples).repeat().batch(micro_batch)
+    if not args.pad_to_max_seq_length:
+      multiple = runner.XLA_LENGTH_MULTIPLE if args.use_xla else 1
+      dataset = dataset.map(lambda batch: tfrecord_io.trim_to_longest(batch, multiple))
+    features = tf.data.make_one_shot_iterator(dataset.prefetch(2)).get_next()
+    ops = multigpu.build_training(
+        plan, model_fn_for(args.task, config), features, init_lr=1e-4, num_train_steps=10 ** 6,
+        num_warmup_steps=10, accumulation_steps=args.accumulation_steps,
+        precision=args.precision, use_xla=args.use_xla)
+    # Fetch real tensors: Grappler prunes work that nothing fetched depends on.
+    fetches = [ops.train_op, ops.loss, ops.global_norm]
+    session_config = plan.session_config()
+    with tf.Session(config=session_config) as sess:
+      sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+
+      def step():
+        for _ in range(args.accumulation_steps - 1):
+          sess.run([ops.accumulate_op, ops.loss])
+        if ops.accumulate_op is not None:
+          sess.run([ops.accumulate_op, ops.loss])
+        return sess.run(fetches)[1]
+
+      for _ in range(args.warmup_steps):
+        step()
+      times = []
+      for _ in range(args.steps):
+        start = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - start)
+      profile = profile_step(sess, fetches) if args.profile else None
+  median = float(np.median(times))
+  global_batch = micro_batch * args.accumulation_steps
+  return {
+      "framework": "tensorflow", "tensorflow": tf.__version__, "task": args.task,
+      "examples_per_sec": round(global_batch / median, 2),
+      "step_time_ms": round(1000 * median, 2),
+      "step_time_ms_p90": round(1000 * float(np.percentile(times, 90)), 2),
+      "n_gpus": n_gpus, "n_towers": plan.num_towers,
+      "gpus_visible": multigpu.count_visible_gpus(),
+      "per_tower_batch": args.train_batch_size, "accumulation_steps": args.accumulation_steps,
+      "global_batch": global_batch, "max_seq_length": args.max_seq_length,
+      "length_distribution": args.length_distribution,
+      "pad_to_max_seq_length": args.pad_to_max_seq_length,
+      "precision": args.precision, "use_xla": args.use_xla,
+      "hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers,
+      "steps": args.steps, "final_loss": round(float(loss), 4),
+      **({"profile": profile} if profile else {})
+  }
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--bert_config_file", help="bert_config.json; default: hidden 256, "
+                      "4 layers, 4 heads, intermediate 1024, vocab 21128")
+  parser.add_argument("--task", default="classifier",
+                      choices=["classifier", "pretraining", "squad"])
+  parser.add_argument("--n_gpus", type=int, default=1)
+  parser.add_argument("--towers_per_gpu", type=int, default=1)
+  parser.add_argument("--variables_on_gpu", action="store_true",
+                      help="variables and the update on GPU 0 instead of the host CPU")
+  parser.add_argument("--train_batch_size", type=int, default=16, help="per tower")
+  parser.add_argument("--max_seq_length", type=int, default=128)
+  parser.add_argument("--steps", type=int, default=30, help="timed steps")
+  parser.add_argument("--warmup_steps", type=int, default=5, help="untimed steps first")
+  parser.add_argument("--accumulation_steps", type=int, default=1)
+  parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+  parser.add_argument("--use_xla", action="store_true")
+  parser.add_argument("--length_distribution", default="fixed", choices=["fixed", "short"])
+  parser.add_argument("--pad_to_max_seq_length", action="store_true",
+                      help="pad every batch to --max_seq_length, not to its longest example")
+  parser.add_argument("--sweep_gpus", help="comma-separated GPU counts, e.g. 1,2,4,8")
+  parser.add_argument("--profile", action="store_true",
+                      help="trace 3 more steps and add the share of op time per category")
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  tf.logging.set_verbosity(tf.logging.ERROR)
+  config = (modeling.BertConfig.from_json_file(args.bert_config_file) if args.bert_config_file
+            else default_config())
+  counts = [int(n) for n in args.sweep_gpus.split(",")] if args.sweep_gpus else [args.n_gpus]
+  results = []
+  for n_gpus in counts:
+    result = measure(args, config, n_gpus)
+    results.append(result)
+    print(json.dumps(result, sort_keys=True))
+    print("%s, %d tower(s) x %d: %.1f examples/s, median step %.1f ms (%s, %s)" % (
+        args.task, result["n_towers"], args.train_batch_size, result["examples_per_sec"],
+        result["step_time_ms"], args.precision, args.length_distribution))
+    sys.stdout.flush()
+  if len(results) > 1:
+    base = results[0]
+    print("\n| GPUs | towers | global batch | examples/s | speedup | scaling efficiency |")
+    print("|---|---|---|---|---|---|")
+    for result in results:
+      speedup = result["examples_per_sec"] / base["examples_per_sec"]
+      efficiency = speedup * base["n_gpus"] / result["n_gpus"]
+      print("| %d | %d | %d | %.1f | %.2f | %.2f |" % (
+          result["n_gpus"], result["n_towers"], result["global_batch"],
+          result["examples_per_sec"], speedup, efficiency))
+    if not base["gpus_visible"]:
+      print("(no GPU visible: the towers are logical CPU devices sharing the same cores, so "
+            "this measures the cost of splitting, not a speed-up)")
+
+
+if __name__ == "__main__":
+  main()
