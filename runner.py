@@ -467,13 +467,12 @@ def make_run_config(flag_values, num_train_examples=None, example_noun="training
   Raises:
     UsageError: the training set is less than one global batch.
   """
-  fields = {name: _flag_value(flag_values, name) for name in (
+  # The flags this script has; RunConfig's defaults stand for the others.
+  fields = {name: getattr(flag_values, name) for name in (
       "output_dir", "init_checkpoint", "n_gpus", "towers_per_gpu", "variables_on_gpu",
-      "train_batch_size", "accumulation_steps", "learning_rate", "optimizer",
-      "save_checkpoints_steps", "keep_checkpoint_max", "log_steps", "random_seed",
-      "precision", "use_xla", "pad_to_max_seq_length")}
-  for name in ("eval_batch_size", "predict_batch_size"):
-    fields[name] = _flag_value(flag_values, name, 8)
+      "train_batch_size", "eval_batch_size", "predict_batch_size", "accumulation_steps",
+      "learning_rate", "optimizer", "save_checkpoints_steps", "keep_checkpoint_max", "log_steps",
+      "random_seed", "precision", "use_xla", "pad_to_max_seq_length") if name in flag_values}
   config = RunConfig(**fields)
   if not _flag_value(flag_values, "do_train"):
     return config

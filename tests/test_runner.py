@@ -176,6 +176,39 @@ def test_less_than_one_global_batch_is_a_usage_error():
                            example_noun="training questions")
 
 
+def test_a_script_without_predict_flags_gets_the_default_batch():
+  values = classifier_flags()
+  del values.__dict__["predict_batch_size"]
+  config = runner.make_run_config(values, num_train_examples=1000)
+  assert config.global_predict_batch_size == 8 * config.num_towers
+
+
+def test_forked_workers_drop_their_copy_of_the_output_dir_lock(tmp_path):
+  # A featurizing worker that outlived a killed run used to keep output_dir locked.
+  output_dir = str(tmp_path / "locked")
+  runner.lock_output_dir(output_dir)
+  try:
+    fd = runner._held_locks[os.path.abspath(output_dir)]  # pylint: disable=protected-access
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the lock fd must be closed
+      try:
+        os.fstat(fd)
+        os._exit(1)
+      except OSError:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child kept the lock fd"
+    # The child closing its copy did not release the parent's lock.
+    probe = os.open(os.path.join(output_dir, runner.LOCK_FILE_NAME), os.O_RDWR)
+    try:
+      with pytest.raises(OSError):
+        runner.fcntl.flock(probe, runner.fcntl.LOCK_EX | runner.fcntl.LOCK_NB)
+    finally:
+      os.close(probe)
+  finally:
+    os.close(runner._held_locks.pop(os.path.abspath(output_dir)))  # pylint: disable=protected-access
+
+
 def test_run_config_logs_the_device_mapping():
   config = run_config("out", 2, 8, 10)
   lines = config.describe_training()
