@@ -137,7 +137,7 @@ def _numbered_lines(text):
     yield index + 1, line
 
 
-def _text_lines(path):
+def text_lines(path):
   """(line number, line) of a line-per-record file: _numbered_lines of read_text_file.
 
   A carriage return left inside a line is refused: a file with old Mac (CR-only)
@@ -162,7 +162,7 @@ def _tab_rows(path):
   Quote characters are ordinary text, as in Google's readers (quotechar=None).
   """
   rows = []
-  for line_number, line in _text_lines(path):
+  for line_number, line in text_lines(path):
     if line.strip():
       rows.append((line_number, line.split("\t")))
   return rows
@@ -270,7 +270,7 @@ def read_label_file(path):
   """
   labels = []
   first_seen = {}
-  for line_number, line in _text_lines(path):
+  for line_number, line in text_lines(path):
     label = line.strip()
     if not label:
       continue
@@ -753,7 +753,7 @@ class ThucnewsProcessor(DataProcessor):
 
   def _read_examples(self, path, split):
     examples = []
-    for line_number, line in _text_lines(path):
+    for line_number, line in text_lines(path):
       if not line.strip():
         continue
       if "\t" in line:
@@ -909,7 +909,7 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_length):
       tokens_b.pop()
 
 
-def _convert_example(example, label_map, max_seq_length, tokenizer):
+def convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer):
   """convert_single_example, and whether the texts had to be truncated."""
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else []
@@ -963,7 +963,7 @@ def convert_single_example(example, label_map, max_seq_length, tokenizer):
   Raises:
     UsageError: the example's label is not in label_map.
   """
-  return _convert_example(example, label_map, max_seq_length, tokenizer)[0]
+  return convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer)[0]
 
 
 def serialize_features(features):
@@ -1058,7 +1058,7 @@ def _featurize_chunk(examples):
   serialized = []
   num_truncated = 0
   for example in examples:
-    features, truncated = _convert_example(example, label_map, max_seq_length, tokenizer)
+    features, truncated = convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer)
     serialized.append(serialize_features(features))
     num_truncated += int(truncated)
   return serialized, num_truncated

@@ -7,9 +7,12 @@ builds graphs; the loop that runs them is runner.py.
 
 import collections
 import contextlib
+import inspect
 import os
+import re
 
 import tensorflow.compat.v1 as tf
+from tensorflow.python.ops import collective_ops
 
 import mixed_precision
 import optimization
@@ -23,38 +26,138 @@ import optimization
 _VARIABLE_OP_TYPES = frozenset(
     ["Variable", "VariableV2", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"])
 
+# --variable_update, after TF's tf_cnn_benchmarks:
+#   host: one copy of the variables on the host CPU; towers send it their gradients, it
+#     averages them and applies the update, towers read the weights back every step.
+#   gpu0: the same, on GPU 0 (the old --variables_on_gpu).
+#   replicated: every device keeps a copy; the gradients are summed by a collective
+#     all-reduce (NCCL on GPUs, ring on CPUs) and every copy applies the same update.
+VARIABLE_UPDATES = ("host", "gpu0", "replicated")
+
+# Replica r > 0 of a variable is named REPLICA_PREFIX % r + its plain name; replica 0 keeps
+# the plain name, and only replica 0 is saved, so checkpoints keep Google's names.
+REPLICA_PREFIX = "replica_%d/"
+_REPLICA_NAME = re.compile(r"^replica_\d+/")
+
+# Collective groups: every replica of every worker, and one device (CPU 0) per worker for the
+# worker-level variables (global_step, the loss scale) and flags.
+_GROUP_REPLICAS = 1
+_GROUP_WORKERS = 2
+
 
 class DevicePlan(object):
-  """Where each tower runs and where the shared variables live.
+  """Where each tower runs, where the variables live, and which processes take part.
 
   Attributes:
-    tower_devices: list of device strings, one per tower (a GPU may hold several towers).
-    variable_device: device of the variables, the gradient averaging and the update.
+    tower_devices: list of device strings, one per tower of this process (a GPU may hold
+      several towers).
+    variable_update: "host", "gpu0" or "replicated".
+    variable_device: the variables' device (host, gpu0); with replicated, the device of
+      replica 0, which also holds global_step and the learning rate.
     num_cpu_devices: logical CPU devices the session must create (None: TF's default of one).
+    num_workers, worker_index: processes of a multi-worker run and this one's index
+      (worker 0 is the chief).
   """
 
-  def __init__(self, tower_devices, variable_device, num_cpu_devices=None):
+  def __init__(self, tower_devices, variable_device, num_cpu_devices=None,
+               variable_update="host", num_workers=1, worker_index=0):
     self.tower_devices = list(tower_devices)
     self.variable_device = variable_device
     self.num_cpu_devices = num_cpu_devices
+    self.variable_update = variable_update
+    self.num_workers = num_workers
+    self.worker_index = worker_index
 
   @property
   def num_towers(self):
     return len(self.tower_devices)
 
+  @property
+  def replicated(self):
+    return self.variable_update == "replicated"
+
+  @property
+  def on_gpu(self):
+    return any("gpu" in device.lower() for device in self.tower_devices)
+
+  @property
+  def replica_devices(self):
+    """The devices holding a copy of the variables, in order (one per device, not per
+    tower: NCCL takes one rank per GPU)."""
+    if not self.replicated:
+      return [self.variable_device]
+    return sorted(set(self.tower_devices), key=self.tower_devices.index)
+
+  def replica_of_tower(self, tower_index):
+    """The index of the replica (in replica_devices) whose variables tower `tower_index`
+    reads."""
+    if not self.replicated:
+      return 0
+    return self.replica_devices.index(self.tower_devices[tower_index])
+
+  @property
+  def group_size(self):
+    """Replicas over all workers: the ranks of the all-reduce."""
+    return len(self.replica_devices) * self.num_workers
+
+  def worker_device(self, worker_index=None):
+    """CPU 0 of a worker: the worker-level collectives run there."""
+    index = self.worker_index if worker_index is None else worker_index
+    return _device_name("CPU", 0, index if self.num_workers > 1 else None)
+
   def session_config(self):
-    """A ConfigProto that creates the devices this plan names."""
+    """A ConfigProto that creates the devices this plan names (and, for several workers,
+    names the collective group leader, without which an all-reduce hangs silently)."""
     config = tf.ConfigProto(allow_soft_placement=True)
     config.gpu_options.allow_growth = True
     if self.num_cpu_devices:
       config.device_count["CPU"] = self.num_cpu_devices
+    if self.num_workers > 1:
+      config.experimental.collective_group_leader = "/job:worker/replica:0/task:0"
+    if self.replicated and self.on_gpu and (not _ALL_REDUCE_TAKES_HINT or
+                                            tf.__version__.startswith("1.")):
+      # TF 1.15 picks NCCL for GPU all-reduces through the config (some of its releases lack
+      # communication_hint); setting it as well as the hint does no harm.
+      config.experimental.collective_nccl = True
     return config
 
   def describe(self):
     """One line per tower, for the start-of-run log."""
     lines = ["tower %d -> %s" % (i, d) for i, d in enumerate(self.tower_devices)]
-    lines.append("variables, gradient averaging and update -> %s" % self.variable_device)
+    if self.replicated:
+      lines.append("variables: one copy on each of %s; gradients summed by %s all-reduce "
+                   "over %d replica(s)%s" % (
+                       ", ".join(self.replica_devices), "an NCCL" if self.on_gpu else "a ring",
+                       self.group_size,
+                       " on %d workers (this is worker %d%s)" % (
+                           self.num_workers, self.worker_index,
+                           ", the chief" if self.worker_index == 0 else "")
+                       if self.num_workers > 1 else ""))
+    else:
+      lines.append("variables, gradient averaging and update -> %s" % self.variable_device)
     return lines
+
+  def for_inference(self):
+    """This process's towers with one shared copy of the variables (plain names, as in
+    checkpoints), for evaluation and prediction outside the training graph."""
+    local_towers = [_local_device_name(d) for d in self.tower_devices]
+    variable_device = ("/cpu:0" if self.variable_update == "host" or not self.on_gpu
+                       else local_towers[0])
+    return DevicePlan(local_towers, variable_device, self.num_cpu_devices,
+                      "host" if variable_device == "/cpu:0" else "gpu0")
+
+
+def _device_name(kind, index, worker_index=None):
+  """"/gpu:1", or "/job:worker/replica:0/task:2/device:GPU:1" in a multi-worker run."""
+  if worker_index is None:
+    return "/%s:%d" % (kind.lower(), index)
+  return "/job:worker/replica:0/task:%d/device:%s:%d" % (worker_index, kind, index)
+
+
+def _local_device_name(device):
+  """"/job:worker/.../device:GPU:1" -> "/gpu:1"; plain names are returned as they are."""
+  match = re.search(r"device:(CPU|GPU):(\d+)$", device)
+  return _device_name(match.group(1), int(match.group(2))) if match else device
 
 
 def count_visible_gpus():
@@ -62,45 +165,77 @@ def count_visible_gpus():
   return len(tf.config.experimental.list_physical_devices("GPU"))
 
 
-def plan_devices(n_gpus, towers_per_gpu=1, variables_on_gpu=False, visible_gpus=None):
+def check_variable_update(variable_update, variables_on_gpu=False, num_workers=1):
+  """The --variable_update to use (None: "gpu0" with the old --variables_on_gpu, else
+  "host"). Needs no TensorFlow runtime, so a run can check it before anything starts.
+
+  Raises:
+    ValueError: an unknown value, or one that does not fit the other flags.
+  """
+  if variable_update is None:
+    variable_update = "gpu0" if variables_on_gpu else "host"
+  if variable_update not in VARIABLE_UPDATES:
+    raise ValueError("--variable_update=%s: use one of %s." % (
+        variable_update, ", ".join(VARIABLE_UPDATES)))
+  if variables_on_gpu and variable_update != "gpu0":
+    raise ValueError("--variables_on_gpu is the old name of --variable_update=gpu0; it "
+                     "cannot go with --variable_update=%s. Drop one." % variable_update)
+  if num_workers > 1 and variable_update != "replicated":
+    raise ValueError("--variable_update=%s: several workers (--worker_hosts) need "
+                     "--variable_update=replicated, which keeps a copy of the variables on "
+                     "every device of every worker." % variable_update)
+  return variable_update
+
+
+def plan_devices(n_gpus, towers_per_gpu=1, variables_on_gpu=False, visible_gpus=None,
+                 variable_update=None, num_workers=1, worker_index=0):
   """Maps towers to devices.
 
   Args:
-    n_gpus: GPUs to use (--n_gpus).
+    n_gpus: GPUs to use (--n_gpus), on each worker.
     towers_per_gpu: towers on each GPU (--towers_per_gpu).
-    variables_on_gpu: put variables, averaging and update on GPU 0 instead of the host CPU.
+    variables_on_gpu: the old name of variable_update="gpu0".
     visible_gpus: number of visible GPUs; None asks TensorFlow.
+    variable_update: "host", "gpu0" or "replicated" (None: "gpu0" with variables_on_gpu,
+      else "host").
+    num_workers, worker_index: processes of a multi-worker run (--worker_hosts) and this
+      one's index (--task_index). Several workers need "replicated".
 
   Returns:
     A DevicePlan. With no GPU visible, each of the n_gpus * towers_per_gpu towers gets a
     logical CPU device of its own, so the same graph runs on a laptop, in CI and on a cluster.
 
   Raises:
-    ValueError: n_gpus or towers_per_gpu < 1, or n_gpus > visible GPUs (the message names
-      the flag; the runner shows it as a usage error).
+    ValueError: n_gpus or towers_per_gpu < 1, n_gpus > visible GPUs, or a variable_update
+      that does not fit (the message names the flag; the runner shows it as a usage error).
   """
   if n_gpus < 1:
     raise ValueError("--n_gpus=%d: it must be at least 1." % n_gpus)
   if towers_per_gpu < 1:
     raise ValueError("--towers_per_gpu=%d: it must be at least 1." % towers_per_gpu)
+  variable_update = check_variable_update(variable_update, variables_on_gpu, num_workers)
   if visible_gpus is None:
     visible_gpus = count_visible_gpus()
+  worker = worker_index if num_workers > 1 else None
   num_towers = n_gpus * towers_per_gpu
   if visible_gpus == 0:
     tf.logging.warning(
         "No GPU is visible: running %d tower(s) on %d logical CPU devices instead.",
         num_towers, num_towers)
-    plan = DevicePlan(["/cpu:%d" % i for i in range(num_towers)], "/cpu:0",
-                      num_cpu_devices=num_towers)
-  elif n_gpus > visible_gpus:
+    towers = [_device_name("CPU", i, worker) for i in range(num_towers)]
+    return DevicePlan(towers, towers[0], num_cpu_devices=num_towers,
+                      variable_update=variable_update, num_workers=num_workers,
+                      worker_index=worker_index)
+  if n_gpus > visible_gpus:
     raise ValueError(
         "--n_gpus=%d but only %d GPU(s) are visible (CUDA_VISIBLE_DEVICES=%s): lower --n_gpus "
         "or make more GPUs visible." %
         (n_gpus, visible_gpus, os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")))
-  else:
-    towers = ["/gpu:%d" % g for g in range(n_gpus) for _ in range(towers_per_gpu)]
-    plan = DevicePlan(towers, "/gpu:0" if variables_on_gpu else "/cpu:0")
-  return plan
+  towers = [_device_name("GPU", g, worker) for g in range(n_gpus) for _ in range(towers_per_gpu)]
+  variable_device = (_device_name("CPU", 0, worker) if variable_update == "host"
+                     else towers[0])
+  return DevicePlan(towers, variable_device, variable_update=variable_update,
+                    num_workers=num_workers, worker_index=worker_index)
 
 
 def _device_function(tower_device, variable_device):
@@ -112,28 +247,42 @@ def _device_function(tower_device, variable_device):
   return choose
 
 
+def replica_variable_name(name, replica_index):
+  """The name of replica `replica_index`'s copy of the variable called `name`."""
+  return name if replica_index == 0 else (REPLICA_PREFIX % replica_index) + name
+
+
+def saveable_variables():
+  """The global variables that checkpoints hold: every variable but the replicas' copies
+  (replica 0's, which carry Google's plain names)."""
+  return [v for v in tf.global_variables() if not _REPLICA_NAME.match(v.op.name)]
+
+
 @contextlib.contextmanager
 def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False):
   """Enters tower `tower_index`: its device, a name scope, and the shared variable scope.
 
   Variables keep their plain names (no tower prefix), so checkpoints stay Google-compatible:
-  name scopes only prefix ops, and every tower reuses the variables the first one created.
+  name scopes only prefix ops, and every tower reuses the variables the first one created
+  (with replicated variables: the first tower of its device; replica r > 0 names its copies
+  "replica_<r>/<plain name>").
   Resource variables: with ref variables, assign-based updates race with other towers' reads.
   The tower reads float32 variables cast to `compute_dtype` (mixed precision) and, with
   `use_xla`, its ops are compiled by XLA as one cluster.
   """
   tower_device = plan.tower_devices[tower_index]
-  device = _device_function(tower_device, plan.variable_device)
+  replica = plan.replica_of_tower(tower_index)
+  device = _device_function(tower_device, plan.replica_devices[replica])
   with tf.device(device), tf.name_scope("tower_%d" % tower_index) as tower_name_scope:
 
-    def read_on_tower(getter, *args, **kwargs):
+    def read_on_tower(getter, name, *args, **kwargs):
       # The tower uses its own copy of each variable's value. Gradients from several uses
       # (the tied embedding's lookup and output projection) are then summed on the tower's
       # device, not per tower on the variable device.
-      variable = getter(*args, **kwargs)
+      variable = getter(replica_variable_name(name, replica), *args, **kwargs)
       with tf.device(tower_device), tf.name_scope(tower_name_scope):
         value = tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
-        return mixed_precision.cast_for_compute(value, variable.op.name, compute_dtype)
+        return mixed_precision.cast_for_compute(value, name, compute_dtype)
 
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
                            custom_getter=read_on_tower), _xla_scope(use_xla):
@@ -164,22 +313,123 @@ def split_for_towers(features, num_towers):
   return [{name: parts[i] for name, parts in sliced.items()} for i in range(num_towers)]
 
 
+def worker_slice(features, plan):
+  """This worker's share of a global batch: every worker reads the same global batches and
+  takes its own contiguous slice, so the towers of all workers together see the same rows
+  as the towers of one process would."""
+  if plan.num_workers == 1:
+    return features
+  return split_for_towers(features, plan.num_workers)[plan.worker_index]
+
+
+# ---------------------------------------------------------------------------
+# Collective all-reduce (replicated variables)
+# ---------------------------------------------------------------------------
+
+# TF 1.15.0 lacks the argument (TF 1.15.5 and 2.x have it); there, the session config turns
+# on NCCL (DevicePlan.session_config). This and that are the only version differences.
+_ALL_REDUCE_TAKES_HINT = (
+    "communication_hint" in inspect.signature(collective_ops.all_reduce).parameters)
+
+# Gradients are concatenated into packs of about this size, one all-reduce each: BERT-base
+# has about 200 variables, most of them small.
+PACK_BYTES = 32 << 20
+
+
+def _next_instance_key():
+  """A new collective instance key. Every worker builds the same graph in the same order,
+  so the n-th collective gets the same key on every worker, which is what pairs them."""
+  graph = tf.get_default_graph()
+  key = getattr(graph, "_bert_mgpu_instance_key", 0) + 1
+  graph._bert_mgpu_instance_key = key  # pylint: disable=protected-access
+  return key
+
+
+def collective_sum(tensor, group_size, group_key, instance_key, on_gpu):
+  """The sum of `tensor` over the `group_size` members of a collective group.
+
+  Each member (a device of some worker) calls this with the same keys and gets the same
+  result. NCCL on GPUs, TF's ring algorithm (over gRPC between workers) on CPUs.
+  """
+  if group_size == 1:
+    return tf.identity(tensor)
+  kwargs = {}
+  if _ALL_REDUCE_TAKES_HINT:
+    kwargs["communication_hint"] = "nccl" if on_gpu else "auto"
+  return collective_ops.all_reduce(tensor, group_size, group_key, instance_key,
+                                   merge_op="Add", final_op="Id", **kwargs)
+
+
+def pack_groups(tensors, pack_bytes=PACK_BYTES):
+  """Splits indices of `tensors` into packs of one dtype and at most about pack_bytes each
+  (a tensor larger than that is a pack of its own).
+
+  Returns:
+    A list of lists of indices into `tensors`, in order within each dtype.
+  """
+  packs, open_packs = [], {}
+  for index, tensor in enumerate(tensors):
+    dtype = tensor.dtype.base_dtype
+    size = tensor.shape.num_elements() * dtype.size
+    pack = open_packs.get(dtype)
+    if pack is None or pack[1] + size > pack_bytes:
+      pack = open_packs[dtype] = ([], 0)
+      packs.append(pack[0])
+    pack[0].append(index)
+    open_packs[dtype] = (pack[0], pack[1] + size)
+  return packs
+
+
+def all_reduce_packed(replica_tensors, devices, group_size, group_key, on_gpu):
+  """Sums lists of tensors over a collective group, a few packs at a time.
+
+  Args:
+    replica_tensors: one list per local member, each with the same shapes and dtypes
+      (static shapes), e.g. the local gradient sums of each replica.
+    devices: the device of each local member.
+    group_size, group_key: the collective group (its members over all workers).
+    on_gpu: use NCCL.
+
+  Returns:
+    Lists like replica_tensors, each tensor summed over the whole group.
+  """
+  summed = [[None] * len(tensors) for tensors in replica_tensors]
+  for pack in pack_groups(replica_tensors[0]):
+    instance_key = _next_instance_key()
+    for member, device in enumerate(devices):
+      parts = [replica_tensors[member][k] for k in pack]
+      with tf.device(device), tf.name_scope("all_reduce"):
+        flat = tf.concat([tf.reshape(p, [-1]) for p in parts], axis=0)
+        flat = collective_sum(flat, group_size, group_key, instance_key, on_gpu)
+        pieces = tf.split(flat, [p.shape.num_elements() for p in parts])
+        for k, part, piece in zip(pack, parts, pieces):
+          summed[member][k] = tf.reshape(piece, part.shape)
+  return summed
+
+
 # ---------------------------------------------------------------------------
 # The tower builder: training
 # ---------------------------------------------------------------------------
 
 TrainOps = collections.namedtuple(
     "TrainOps", ["train_op", "loss", "learning_rate", "global_norm", "global_step",
-                 "accumulate_op", "loss_scale"])
+                 "accumulate_op", "loss_scale", "update_loss", "stop_request", "stop_agreed"])
 TrainOps.__doc__ = """The ops of a training step (build_training).
 
 Fields:
   train_op: applies one update (and increments global_step after it).
-  loss: the mean loss over towers (with accumulation: of the current micro-batch).
+  loss: the mean loss over this process's towers (with accumulation: of the current
+    micro-batch).
   learning_rate, global_norm, global_step: scalars to log; global_norm is of the
     unscaled gradients, before clipping (non-finite on a skipped fp16 step).
   accumulate_op: adds one micro-batch's gradients (None without accumulation).
   loss_scale: the DynamicLossScale of fp16 training, else None.
+  update_loss: fetched with train_op: the mean loss of everything the update averaged (all
+    towers, all workers, all micro-batches).
+  stop_request: a float32 scalar placeholder (default 0) to feed with train_op: 1 asks the
+    run to stop after this update.
+  stop_agreed: fetched with train_op: > 0 when any worker fed stop_request=1, so every
+    worker stops after the same update.
 """
 
 
@@ -208,12 +458,45 @@ def average_gradients(tower_grads, num_towers):
   return tf.add_n([tf.convert_to_tensor(g) for g in grads]) * scale
 
 
-def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use_xla=False,
-                                 loss_scale=None):
+def _replica_trainable_variables(replica_index, plain_names=None):
+  """Replica `replica_index`'s trainable variables, in the order of `plain_names` (replica
+  0's names; None: replica 0's own list in creation order)."""
+  if plain_names is None:
+    return [v for v in tf.trainable_variables() if not _REPLICA_NAME.match(v.op.name)]
+  by_name = {v.op.name: v for v in tf.trainable_variables()}
+  return [by_name[replica_variable_name(n, replica_index)] for n in plain_names]
+
+
+def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale):
   """Runs `model_fn` on each tower's slice of the batch and differentiates its loss there.
 
+  Returns:
+    (losses, grads, tvars): per tower, its float32 loss, the gradient of each of its
+    replica's trainable variables (None where the loss does not depend on one), and those
+    variables (the same list for every tower unless variables are replicated).
+  """
+  dtype = mixed_precision.compute_dtype(precision)
+  tower_features = split_for_towers(features, plan.num_towers)
+  losses, grads, tvars, plain_names = [], [], [], None
+  for i in range(plan.num_towers):
+    with _tower_scope(plan, i, dtype, use_xla):
+      loss = model_fn(tower_features[i], True)["loss"]
+      if plain_names is None:
+        plain_names = [v.op.name for v in _replica_trainable_variables(0)]
+      variables = _replica_trainable_variables(plan.replica_of_tower(i), plain_names)
+      scaled_loss = loss_scale.scale_loss(loss) if loss_scale else loss
+      grads.append(tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True))
+      losses.append(loss)
+      tvars.append(variables)
+  return losses, grads, tvars
+
+
+def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use_xla=False,
+                                 loss_scale=None):
+  """The towers of a host or gpu0 plan, averaged on the variable device.
+
   Args:
-    plan: DevicePlan.
+    plan: DevicePlan (not replicated).
     model_fn: function(features_dict, is_training) -> dict with "loss" (float32 scalar, mean
       over the tower's examples). It creates its variables with tf.get_variable.
     features: dict name -> tensor [global_batch, ...].
@@ -225,24 +508,47 @@ def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use
   Returns:
     (mean loss over towers, list of (averaged gradient, variable)).
   """
-  dtype = mixed_precision.compute_dtype(precision)
-  tower_features = split_for_towers(features, plan.num_towers)
-  losses, all_grads, tvars = [], [], None
-  for i in range(plan.num_towers):
-    with _tower_scope(plan, i, dtype, use_xla):
-      loss = model_fn(tower_features[i], True)["loss"]
-      if tvars is None:
-        tvars = tf.trainable_variables()
-      scaled_loss = loss_scale.scale_loss(loss) if loss_scale else loss
-      all_grads.append(tf.gradients(scaled_loss, tvars, colocate_gradients_with_ops=True))
-      losses.append(loss)
+  losses, tower_grads, tvars = _build_towers(plan, model_fn, features, precision, use_xla,
+                                             loss_scale)
   with tf.device(plan.variable_device), tf.name_scope("average_towers"):
     mean_loss = tf.add_n(losses) / float(plan.num_towers)
     grads_and_vars = []
-    for j, var in enumerate(tvars):
-      grad = average_gradients([tower[j] for tower in all_grads], plan.num_towers)
+    for j, var in enumerate(tvars[0]):
+      grad = average_gradients([tower[j] for tower in tower_grads], plan.num_towers)
       grads_and_vars.append((loss_scale.unscale(grad) if loss_scale else grad, var))
   return mean_loss, grads_and_vars
+
+
+def _local_accumulators(values, names, shapes, device, accumulation_steps):
+  """Local (never saved) float32 variables of `shapes` that sum `values` (tensors or
+  IndexedSlices) over the micro-batches of an update, each pre-scaled by
+  1/accumulation_steps.
+
+  Returns:
+    (accumulate_op, list of accumulator variables).
+  """
+  accumulate, accumulators = [], []
+  scale = 1.0 / accumulation_steps
+  with tf.device(device), tf.name_scope("accumulate"):
+    for value, name, shape in zip(values, names, shapes):
+      # A local variable: never saved, so checkpoints keep Google's variable set.
+      acc = tf.get_variable(name + "/accumulated_grad", shape, tf.float32,
+                            tf.zeros_initializer(), trainable=False,
+                            collections=[tf.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+      if isinstance(value, tf.IndexedSlices):
+        # [rows, hidden] added into the dense [vocab, hidden] accumulator, row by row.
+        accumulate.append(acc.scatter_add(tf.IndexedSlices(value.values * scale,
+                                                           value.indices)))
+      else:
+        accumulate.append(acc.assign_add(value * scale))
+      accumulators.append(acc)
+  return tf.group(*accumulate), accumulators
+
+
+def _clear_after(accumulators, dependencies):
+  """An op that zeroes `accumulators` once `dependencies` have run."""
+  with tf.control_dependencies(dependencies):
+    return tf.group(*[acc.assign(tf.zeros_like(acc)) for acc in accumulators])
 
 
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
@@ -250,22 +556,28 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
                    use_xla=False):
   """Builds the multi-tower training step.
 
-  Each tower gets an equal slice of the global batch; the tower losses and gradients are
-  averaged on the variable device and one update is applied, after which global_step grows by
-  one. With dropout off, k towers x batch b give the same update as 1 tower x batch k*b.
+  Each tower gets an equal slice of the batch; the tower losses and gradients are averaged and
+  one update is applied, after which global_step grows by one. With dropout off, k towers x
+  batch b give the same update as 1 tower x batch k*b.
+
+  host and gpu0 plans average on the variable device and update its one copy. A replicated
+  plan sums the towers of each device locally, all-reduces the sums over every device of
+  every worker (packed, dense), and every replica applies the same update to its copy.
 
   With accumulation_steps = N > 1 the step is split in two ops: `accumulate_op` adds the
-  averaged gradient of one micro-batch (scaled by 1/N) to non-trainable accumulators, and
-  `train_op` applies the accumulated gradient and clears them. The loop runs accumulate_op N
-  times, then train_op once.
+  gradient of one micro-batch (scaled by 1/N) to non-trainable accumulators, and `train_op`
+  applies the accumulated gradient and clears them. The loop runs accumulate_op N times, then
+  train_op once; a replicated plan all-reduces once per update, in train_op.
 
   With precision="fp16" the loss is scaled dynamically (mixed_precision.DynamicLossScale):
   an update whose gradients overflow is skipped (global_step stays) and the scale halves.
+  Replicas decide alike: they test the same all-reduced gradients, in which an overflow
+  on any device is inf or NaN.
 
   Args:
     plan: DevicePlan.
     model_fn: see build_tower_losses_and_grads.
-    features: dict name -> tensor [global_batch, ...] (one micro-batch when accumulating).
+    features: dict name -> tensor [batch, ...]: this worker's share of a (micro-)batch.
     init_lr, num_train_steps, num_warmup_steps: the learning-rate schedule.
     optimizer_name: "adamw", "radam" or "lamb".
     clip_norm: global-norm clip applied to the averaged gradient.
@@ -277,53 +589,227 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     TrainOps. With accumulation, `loss` is the current micro-batch's loss and `global_norm`
     belongs to train_op; otherwise accumulate_op is None.
   """
-  with tf.device(plan.variable_device):
+  step_device = plan.worker_device() if plan.replicated else plan.variable_device
+  with tf.device(step_device):
     global_step = tf.train.get_or_create_global_step()
     learning_rate = optimization.learning_rate_schedule(
         init_lr, num_train_steps, num_warmup_steps, global_step)
     loss_scale = mixed_precision.DynamicLossScale() if precision == "fp16" else None
+    stop_request = tf.placeholder_with_default(0.0, [], name="stop_request")
+
+  def apply(pairs, increment_global_step=True):
+    """The update of `pairs` and its global norm."""
+    return optimization.apply_gradients(
+        pairs, learning_rate, global_step, optimizer_name, clip_norm,
+        skip_non_finite=loss_scale is not None, increment_global_step=increment_global_step)
+
+  def finish(updates, global_norm):
+    """global_step (and the fp16 loss scale) move once every replica has updated."""
+    applied = tf.math.is_finite(global_norm) if loss_scale is not None else None
+    with tf.device(step_device), tf.control_dependencies(updates):
+      increment = 1 if applied is None else tf.cast(applied, global_step.dtype)
+      train_op = global_step.assign_add(increment, read_value=False,
+                                        name="increment_global_step")
+      if loss_scale is not None:
+        with tf.control_dependencies([train_op]):
+          train_op = loss_scale.update(applied)
+    return train_op
+
+  if plan.replicated:
+    return _build_replicated_training(
+        plan, model_fn, features, accumulation_steps=accumulation_steps, precision=precision,
+        use_xla=use_xla, loss_scale=loss_scale, apply=apply, finish=finish,
+        step_tensors=(learning_rate, global_step, stop_request))
+
   loss, grads_and_vars = build_tower_losses_and_grads(plan, model_fn, features, precision,
                                                       use_xla, loss_scale)
-
-  def apply(pairs):
-    """The update of `pairs`, with the loss scale's own update for fp16."""
-    train_op, global_norm = optimization.apply_gradients(
-        pairs, learning_rate, global_step, optimizer_name, clip_norm,
-        skip_non_finite=loss_scale is not None)
-    if loss_scale is not None:
-      with tf.control_dependencies([train_op]):
-        train_op = loss_scale.update(tf.math.is_finite(global_norm))
-    return train_op, global_norm
-
   if accumulation_steps <= 1:
     with tf.device(plan.variable_device):
-      train_op, global_norm = apply(grads_and_vars)
-    return TrainOps(train_op, loss, learning_rate, global_norm, global_step, None, loss_scale)
+      update, global_norm = apply(grads_and_vars, increment_global_step=False)
+      train_op = finish([update], global_norm)
+    return TrainOps(train_op, loss, learning_rate, global_norm, global_step, None, loss_scale,
+                    loss, stop_request, stop_request)
 
-  with tf.device(plan.variable_device), tf.name_scope("accumulate"):
-    accumulators, accumulate, pairs = [], [], []
-    scale = 1.0 / accumulation_steps
-    for grad, var in grads_and_vars:
-      if grad is None:
-        continue
-      name = var.op.name + "/accumulated_grad"
-      # A local variable: never saved, so checkpoints keep Google's variable set.
-      acc = tf.get_variable(name, var.shape, tf.float32, tf.zeros_initializer(),
-                            trainable=False, collections=[tf.GraphKeys.LOCAL_VARIABLES],
-                            use_resource=True)
-      if isinstance(grad, tf.IndexedSlices):
-        # [rows, hidden] added into the dense [vocab, hidden] accumulator, row by row.
-        accumulate.append(acc.scatter_add(tf.IndexedSlices(grad.values * scale, grad.indices)))
-      else:
-        accumulate.append(acc.assign_add(grad * scale))
-      accumulators.append(acc)
-      pairs.append((acc, var))
-    accumulate_op = tf.group(*accumulate)
-    train_op, global_norm = apply([(acc.read_value(), var) for acc, var in pairs])
-    with tf.control_dependencies([train_op]):
-      train_op = tf.group(*[acc.assign(tf.zeros_like(acc)) for acc in accumulators])
+  pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+  accumulate_op, accumulators = _local_accumulators(
+      [g for g, _ in pairs] + [loss], [v.op.name for _, v in pairs] + ["loss"],
+      [v.shape for _, v in pairs] + [[]], plan.variable_device, accumulation_steps)
+  loss_accumulator = accumulators.pop()
+  with tf.device(plan.variable_device):
+    update_loss = tf.identity(loss_accumulator.read_value())
+    update, global_norm = apply([(acc.read_value(), var)
+                                 for acc, (_, var) in zip(accumulators, pairs)],
+                                increment_global_step=False)
+    train_op = finish([update], global_norm)
+  train_op = _clear_after(accumulators + [loss_accumulator], [train_op, update_loss])
   return TrainOps(train_op, loss, learning_rate, global_norm, global_step, accumulate_op,
-                  loss_scale)
+                  loss_scale, update_loss, stop_request, stop_request)
+
+
+def _build_replicated_training(plan, model_fn, features, accumulation_steps, precision,
+                               use_xla, loss_scale, apply, finish, step_tensors):
+  """build_training for a replicated plan (see there); `apply` and `finish` are its update
+  and its global-step increment, step_tensors (learning_rate, global_step, stop_request)."""
+  learning_rate, global_step, stop_request = step_tensors
+  losses, tower_grads, tower_vars = _build_towers(plan, model_fn, features, precision,
+                                                  use_xla, loss_scale)
+  devices = plan.replica_devices
+  # Every tower of every worker counts once in the mean.
+  scale = 1.0 / (plan.num_towers * plan.num_workers)
+  with_grads = [j for j, g in enumerate(tower_grads[0]) if g is not None]
+  local_grads, local_losses, stops, replica_vars = [], [], [], []
+  for r, device in enumerate(devices):
+    towers = [i for i in range(plan.num_towers) if plan.replica_of_tower(i) == r]
+    with tf.device(device), tf.name_scope("sum_towers_%d" % r):
+      # Dense: the embedding's rows become a [vocab, hidden] gradient here, as the update
+      # would make it anyway; one all-reduce of it is cheaper than gathering every row.
+      local_grads.append([
+          tf.add_n([tf.convert_to_tensor(tower_grads[i][j]) for i in towers]) * scale
+          for j in with_grads])
+      local_losses.append(tf.add_n([losses[i] for i in towers]) * scale)
+      # The stop request counts once per worker.
+      stops.append(stop_request if r == 0 else tf.zeros([]))
+      replica_vars.append([tower_vars[towers[0]][j] for j in with_grads])
+
+  accumulate_op, clear = None, []
+  if accumulation_steps > 1:
+    accumulate_ops = []
+    for r, device in enumerate(devices):
+      # The stop flag is fed with train_op, not with the micro-batches.
+      op, accumulators = _local_accumulators(
+          local_grads[r] + [local_losses[r]],
+          [v.op.name for v in replica_vars[r]] + ["replica_%d_loss" % r],
+          [v.shape for v in replica_vars[r]] + [[]], device, accumulation_steps)
+      accumulate_ops.append(op)
+      clear += accumulators
+      with tf.device(device):
+        local_grads[r] = [acc.read_value() for acc in accumulators[:-1]]
+        local_losses[r] = accumulators[-1].read_value()
+    accumulate_op = tf.group(*accumulate_ops)
+
+  stats = []
+  for device, loss, stop in zip(devices, local_losses, stops):
+    with tf.device(device):
+      stats.append(tf.stack([loss, stop]))  # [this device's share of the loss, stop]
+  reduced = all_reduce_packed([g + [s] for g, s in zip(local_grads, stats)], devices,
+                              plan.group_size, _GROUP_REPLICAS, plan.on_gpu)
+  updates, norms = [], []
+  for r, device in enumerate(devices):
+    with tf.device(device), tf.name_scope("update_replica_%d" % r):
+      grads = reduced[r][:-1]
+      if loss_scale is not None:
+        grads = [loss_scale.unscale(g) for g in grads]
+      update, norm = apply(list(zip(grads, replica_vars[r])), increment_global_step=False)
+      updates.append(update)
+      norms.append(norm)
+  reduced_stats = [r[-1] for r in reduced]  # [mean loss of the update, stop votes]
+  # Every replica's all-reduce must run in the step, or its peers wait for it.
+  train_op = tf.group(finish(updates, norms[0]), *reduced_stats)
+  if clear:
+    train_op = _clear_after(clear, [train_op])
+  mean_local_loss = tf.add_n(losses) / float(plan.num_towers)
+  return TrainOps(train_op, mean_local_loss, learning_rate, norms[0], global_step,
+                  accumulate_op, loss_scale, reduced_stats[0][0], stop_request,
+                  reduced_stats[0][1])
+
+
+def build_start_sync(plan):
+  """Makes every replica of every worker start from the chief's replica 0.
+
+  Run once after the chief has initialised or restored its variables: the other replicas
+  (and all of a non-chief worker, which may not see the chief's output_dir) receive the
+  chief's weights, optimizer slots, global_step and loss scale.
+
+  The copy is an all-reduce to which only the chief's replica 0 contributes values (the
+  others add zeros), with the same packing as the gradients.
+
+  Returns:
+    The op, or None for a plan whose variables are not replicated.
+  """
+  if not plan.replicated:
+    return None
+  saved = saveable_variables()
+  trainable = set(v.op.name for v in _replica_trainable_variables(0))
+
+  def per_replica(name):
+    # The trainable variables and their optimizer slots (<name>/adam_m, ...).
+    return name in trainable or any(name.startswith(t + "/") for t in trainable)
+
+  replica_names = [v.op.name for v in saved if per_replica(v.op.name)]
+  worker_vars = [v for v in saved if not per_replica(v.op.name)]
+  by_name = {v.op.name: v for v in tf.global_variables()}
+  is_chief = plan.worker_index == 0
+
+  def contributions(variables, source):
+    return [v.read_value() if source else tf.zeros(v.shape, v.dtype.base_dtype)
+            for v in variables]
+
+  replica_lists, inputs = [], []
+  for r, device in enumerate(plan.replica_devices):
+    with tf.device(device):
+      variables = [by_name[replica_variable_name(n, r)] for n in replica_names]
+      replica_lists.append(variables)
+      inputs.append(contributions(variables, is_chief and r == 0))
+  assigns = []
+  if replica_names:
+    reduced = all_reduce_packed(inputs, plan.replica_devices, plan.group_size,
+                                _GROUP_REPLICAS, plan.on_gpu)
+    for variables, values in zip(replica_lists, reduced):
+      assigns += [v.assign(x, read_value=False) for v, x in zip(variables, values)]
+  if plan.num_workers > 1 and worker_vars:
+    device = plan.worker_device()
+    with tf.device(device):
+      values = all_reduce_packed([contributions(worker_vars, is_chief)], [device],
+                                 plan.num_workers, _GROUP_WORKERS, on_gpu=False)[0]
+      assigns += [v.assign(x, read_value=False) for v, x in zip(worker_vars, values)]
+  return tf.group(*assigns)
+
+
+def build_worker_check(plan, num_values):
+  """Compares `num_values` int64 settings of every worker with the chief's, to check that
+  every worker runs the same plan (the same steps, batches and checkpoints, or their
+  collectives would pair up wrongly and wait forever).
+
+  Two all-reduces (TF 1.15's all-reduce only adds or multiplies): the chief's values reach
+  everyone (the others add zeros), then the count of workers that differ, per setting.
+  Build it first: its collective keys then do not depend on the settings it checks.
+
+  Returns:
+    (values, chief_values, differing): an int64 placeholder [num_values] to feed, the
+    chief's values, and per setting the number of workers whose value differs from the
+    chief's, to fetch together.
+  """
+  device = plan.worker_device()
+  with tf.device(device):
+    values = tf.placeholder(tf.int64, [num_values], name="worker_settings")
+    if plan.num_workers == 1:
+      return values, tf.identity(values), tf.zeros([num_values], tf.int64)
+    mine = values if plan.worker_index == 0 else tf.zeros_like(values)
+    chief_values = collective_sum(mine, plan.num_workers, _GROUP_WORKERS, _next_instance_key(),
+                                  on_gpu=False)
+    differs = tf.cast(tf.not_equal(values, chief_values), tf.int64)
+    differing = collective_sum(differs, plan.num_workers, _GROUP_WORKERS,
+                               _next_instance_key(), on_gpu=False)
+  return values, chief_values, differing
+
+
+def build_worker_vote(plan):
+  """A flag every worker feeds and all of them read summed: how workers agree to stop (the
+  chief found nothing to train, or stopped early). Like every all-reduce, it waits until
+  every worker has fed its vote.
+
+  Returns:
+    (vote, votes): a float32 scalar placeholder (default 0) and the sum of every worker's
+    vote, to fetch together; with one worker, votes is the vote itself.
+  """
+  device = plan.worker_device()
+  with tf.device(device):
+    vote = tf.placeholder_with_default(0.0, [], name="worker_vote")
+    if plan.num_workers == 1:
+      return vote, tf.identity(vote)
+    votes = all_reduce_packed([[vote]], [device], plan.num_workers, _GROUP_WORKERS,
+                              on_gpu=False)[0][0]
+  return vote, votes
 
 
 # ---------------------------------------------------------------------------
@@ -334,9 +820,11 @@ def build_inference(plan, model_fn, features, global_batch_size, precision="fp32
                     use_xla=False):
   """Runs `model_fn` (is_training=False) on every tower and gathers per-example outputs.
 
-  The last batch of a dataset may be partial: it is padded up to global_batch_size so each tower
-  gets an equal slice, and the padding rows are cut off the outputs again. No example is dropped
-  or counted twice.
+  A batch of n rows is padded up to the next multiple of the tower count so each tower gets
+  an equal slice (a short last batch or a one-text request computes at most num_towers - 1
+  extra rows), and the padding rows are cut off the outputs again. No example is dropped or
+  counted twice. With XLA, every batch is padded to global_batch_size instead: one shape
+  means one compiled program.
 
   Args:
     plan: DevicePlan.
@@ -351,20 +839,23 @@ def build_inference(plan, model_fn, features, global_batch_size, precision="fp32
   """
   first = next(iter(features.values()))
   num_real = tf.shape(first)[0]
+  towers = plan.num_towers
+  padded_size = (global_batch_size if use_xla else
+                 (num_real + towers - 1) // towers * towers)
   padded = {}
   for name, tensor in features.items():
     rank = len(tensor.shape)
-    padding = [[0, global_batch_size - num_real]] + [[0, 0]] * (rank - 1)
+    padding = [[0, padded_size - num_real]] + [[0, 0]] * (rank - 1)
     padded[name] = tf.pad(tensor, padding)
-    padded[name].set_shape([global_batch_size] + tensor.shape.as_list()[1:])
-  tower_features = split_for_towers(padded, plan.num_towers)
+    padded[name].set_shape([global_batch_size if use_xla else None] +
+                           tensor.shape.as_list()[1:])
+  tower_features = split_for_towers(padded, towers)
   tower_outputs = []
   dtype = mixed_precision.compute_dtype(precision)
-  for i in range(plan.num_towers):
+  for i in range(towers):
     with _tower_scope(plan, i, dtype, use_xla):
       outputs = model_fn(tower_features[i], False)
       tower_outputs.append({k: v for k, v in outputs.items() if len(v.shape) > 0})
   with tf.device(plan.variable_device):
     return {name: tf.concat([o[name] for o in tower_outputs], axis=0)[:num_real]
             for name in tower_outputs[0]}
-

@@ -417,7 +417,7 @@ def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta
 
 
 def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw", clip_norm=1.0,
-                    weight_decay_rate=0.01, skip_non_finite=False):
+                    weight_decay_rate=0.01, skip_non_finite=False, increment_global_step=True):
   """Clips the gradients, updates the variables and then increments global_step.
 
   Steps, in order: drop pairs whose gradient is None; make tf.IndexedSlices
@@ -439,10 +439,13 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
     clip_norm: Maximum global norm of the gradients; None disables clipping.
     weight_decay_rate: Decoupled weight decay for a named optimizer.
     skip_non_finite: skip the update when a gradient is inf or NaN.
+    increment_global_step: False leaves global_step to the caller (replicated
+      variables: several copies are updated, and the step moves once after all).
 
   Returns:
     Tuple (train_op, global_norm): train_op is the global-step increment, which
-    runs after the update; global_norm is the float32 global norm of the
+    runs after the update (without increment_global_step: the update itself);
+    global_norm is the float32 global norm of the
     gradients before clipping (finite exactly when the update was applied, with
     skip_non_finite).
 
@@ -488,6 +491,8 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
       update = optimizer.apply_gradients(list(zip(clipped_grads, tvars)), global_step,
                                          apply_if=apply_if)
 
+    if not increment_global_step:
+      return update, global_norm
     # One increment per applied update, strictly after it.
     with tf.control_dependencies([update]):
       increment = 1 if apply_if is None else tf.cast(apply_if, global_step.dtype)

@@ -13,6 +13,12 @@ Outputs in --output_dir:
   predict.txt                     one predicted label per test example, in order
   test_results.tsv                Google's: the class probabilities per test example
   predict_detail.tsv              id, text(s), predicted label and its probability
+  vocab.txt, bert_config.json,    what a model needs to be served (with --do_train;
+  model_settings.json             serving.py)
+
+With --export_dir, the best (else the latest) checkpoint is exported as a SavedModel into
+the next numbered version directory there (docs/SERVING.md); alone, it exports a trained
+output_dir and needs no data.
 """
 
 import json
@@ -26,6 +32,7 @@ import classifier_metrics
 import modeling
 import tfrecord_io
 import runner
+import serving
 from runner import UsageError, atomic_write_text
 
 
@@ -130,20 +137,36 @@ def define_flags():
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations without "
                        "a better --best_metric (0: never).")
   flags.DEFINE_integer("num_workers", 0, "Processes for featurizing (0: all cores).")
+  flags.DEFINE_string("export_dir", None, "Export the trained classifier as a SavedModel into "
+                      "the next numbered version directory here (TF Serving's layout); alone, "
+                      "it exports the model in --output_dir and needs no --data_dir.")
 
 
 # ---------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------
 
+def export_only():
+  """True when the run only exports an already trained output_dir."""
+  return bool(FLAGS.export_dir) and not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict)
+
+
 def check_flags():
-  """Validates flags and files before anything is written. Returns the BertConfig."""
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+  """Validates flags and files before anything is written. Returns the BertConfig (None
+  when only exporting: the config then comes from output_dir)."""
+  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
     raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
-                     "--do_predict.")
-  for name in ("data_dir", "output_dir", "task_name"):
+                     "--do_predict, --export_dir.")
+  required = ("output_dir",) if export_only() else ("data_dir", "output_dir", "task_name")
+  for name in required:
     if not getattr(FLAGS, name):
       raise UsageError("--%s is required." % name)
+  if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
+    raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
+                     FLAGS.export_dir)
+  if export_only():
+    runner.check_run_flags(FLAGS)
+    return None
   if not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   if FLAGS.early_stopping_patience < 0:
@@ -155,8 +178,39 @@ def check_flags():
   return runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
+def files_to_export():
+  """The model files of output_dir; for a model trained before output_dir kept them, the
+  --vocab_file, --bert_config_file, --do_lower_case and --max_seq_length flags instead."""
+  if serving.has_model_files(FLAGS.output_dir) or not (FLAGS.vocab_file and
+                                                       FLAGS.bert_config_file):
+    return serving.find_model_files(
+        FLAGS.output_dir, "train with --do_train, or pass the --vocab_file, "
+        "--bert_config_file, --do_lower_case and --max_seq_length it was trained with.")
+  tf.logging.warning("%s lacks the model files: exporting with --vocab_file, "
+                     "--bert_config_file, --do_lower_case and --max_seq_length.",
+                     FLAGS.output_dir)
+  return serving.model_files(
+      FLAGS.vocab_file, FLAGS.bert_config_file, os.path.join(FLAGS.output_dir, "labels.txt"),
+      serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case, FLAGS.max_seq_length))
+
+
+def export_model():
+  """Exports the best (else latest) checkpoint of output_dir to --export_dir."""
+  files = files_to_export()
+  bert_config = runner.load_bert_config(files.bert_config_file,
+                                        files.settings["max_seq_length"])
+  checkpoint, why = runner.checkpoint_for_inference(FLAGS.output_dir, None, best_subdir="best")
+  path = serving.export_classifier(FLAGS.export_dir, files, checkpoint,
+                                   create_model_fn(bert_config, len(files.labels)), bert_config)
+  tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
+  return path
+
+
 def main(_):
   bert_config = check_flags()
+  if export_only():
+    export_model()
+    return
   runner.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
                         FLAGS.bert_config_file)
   classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
@@ -177,9 +231,12 @@ def main(_):
   config = runner.make_run_config(FLAGS, num_train_examples=len(splits.get("train", ())))
   if not FLAGS.do_train:
     runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint, "best")
-  runner.lock_output_dir(FLAGS.output_dir)
-  if FLAGS.do_train:
+  runner.claim_output_dir(config)
+  if FLAGS.do_train and config.is_chief:
     classifier_data.write_label_list(FLAGS.output_dir, label_list)
+    serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
+                             serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case,
+                                                         FLAGS.max_seq_length))
 
   # Featurize before TensorFlow starts its runtime: the worker pool forks.
   record_files = {}
@@ -188,7 +245,7 @@ def main(_):
         split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
         examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-        task_name=FLAGS.task_name, output_dir=FLAGS.output_dir,
+        task_name=FLAGS.task_name, output_dir=config.cache_dir,
         num_workers=FLAGS.num_workers or None)[0]
   spec = classifier_data.input_feature_spec(FLAGS.max_seq_length)
   model_fn = create_model_fn(bert_config, len(label_list))
@@ -215,8 +272,12 @@ def main(_):
             seed=FLAGS.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
             length_multiple=config.length_multiple),
         eval_spec)
+    if not config.is_chief:
+      return  # the chief evaluates, predicts and exports
 
   if not (FLAGS.do_eval or FLAGS.do_predict):
+    if FLAGS.export_dir:
+      export_model()
     return
   checkpoint, why = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
                                                      best_subdir="best")
@@ -238,6 +299,8 @@ def main(_):
                           label_list)
     tf.logging.info("Wrote %d predictions to %s", len(splits["test"]),
                     os.path.join(FLAGS.output_dir, "predict.txt"))
+  if FLAGS.export_dir:
+    export_model()
 
 
 if __name__ == "__main__":

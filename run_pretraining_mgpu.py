@@ -266,7 +266,7 @@ def main(_):
   config = runner.make_run_config(FLAGS)
   if not FLAGS.do_train:
     runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
-  runner.lock_output_dir(FLAGS.output_dir)
+  runner.claim_output_dir(config)
   tf.logging.info("Input: %d TFRecord file(s): %s", len(input_files), ", ".join(input_files))
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   model_fn = create_model_fn(bert_config)
@@ -287,6 +287,8 @@ def main(_):
             input_files, spec, config.micro_batch_size, is_training=True,
             seed=FLAGS.random_seed, skip_batches=skip, length_multiple=config.length_multiple),
         eval_spec)
+    if not config.is_chief:
+      return  # the chief evaluates
 
   if FLAGS.do_eval:
     checkpoint, _ = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)

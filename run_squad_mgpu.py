@@ -184,9 +184,10 @@ def checkpoint_for_prediction():
 
 def train(config, model_fn, tokenizer, train_examples):
   """Featurizes the training questions and trains (or resumes) on every tower."""
-  if runner.training_finished(config):
+  # Several workers all enter runner.train, which tells them when there is nothing to do.
+  if config.cluster is None and runner.training_finished(config):
     return
-  train_record = os.path.join(FLAGS.output_dir, "train.tf_record")
+  train_record = os.path.join(config.cache_dir, "train.tf_record")
   num_features, _ = featurize(train_examples, tokenizer, train_record, is_training=True)
   tf.logging.info("%d training questions in %d windows.", len(train_examples), num_features)
   spec = squad_data.input_feature_spec(FLAGS.max_seq_length, is_training=True)
@@ -272,10 +273,12 @@ def main(_):
   # Google counts steps in questions, not windows.
   config = runner.make_run_config(FLAGS, num_train_examples=len(train_examples),
                                   example_noun="training questions")
-  runner.lock_output_dir(FLAGS.output_dir)
+  runner.claim_output_dir(config)
   model_fn = create_model_fn(bert_config, FLAGS.max_seq_length)
   if FLAGS.do_train:
     train(config, model_fn, tokenizer, train_examples)
+    if not config.is_chief:
+      return  # the chief predicts
   if FLAGS.do_predict:
     predict(config, model_fn, tokenizer, predict_examples, checkpoint_for_prediction())
 

@@ -13,10 +13,13 @@ for the training and inference graphs.
 """
 
 import collections
+import contextlib
 import difflib
 import errno
+import hashlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -26,6 +29,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app as absl_app
 
+import cluster
 import mixed_precision
 import modeling
 import multigpu
@@ -176,7 +180,8 @@ _SHARED_FLAGS = collections.OrderedDict([
 # Integer flags that must be at least 1 wherever a script defines them.
 _POSITIVE_FLAGS = ("train_batch_size", "eval_batch_size", "predict_batch_size",
                    "save_checkpoints_steps", "log_steps", "accumulation_steps",
-                   "max_seq_length", "n_gpus", "towers_per_gpu")
+                   "max_seq_length", "n_gpus", "towers_per_gpu", "worker_timeout_secs",
+                   "worker_startup_timeout_secs")
 
 
 def define_shared_flags(names, **defaults):
@@ -205,8 +210,20 @@ def define_shared_flags(names, **defaults):
   flags.DEFINE_integer("n_gpus", 1, "GPUs to use. With none visible, towers run on logical "
                        "CPU devices.")
   flags.DEFINE_integer("towers_per_gpu", 1, "Model replicas (towers) on each GPU.")
-  flags.DEFINE_bool("variables_on_gpu", False, "Keep variables, gradient averaging and the "
-                    "update on GPU 0 instead of the host CPU.")
+  flags.DEFINE_bool("variables_on_gpu", False, "The old name of --variable_update=gpu0.")
+  flags.DEFINE_enum("variable_update", "host", list(multigpu.VARIABLE_UPDATES),
+                    "Where the variables live and how gradients meet: host (one copy on the "
+                    "CPU; the default), gpu0 (one copy on GPU 0), replicated (a copy on every "
+                    "GPU, gradients summed by an NCCL/ring all-reduce). docs/SCALING.md says "
+                    "which to choose.")
+  flags.DEFINE_string("worker_hosts", None, "Several machines: every worker's host:port, "
+                      "comma-separated, the same list on each (worker 0 is the chief). "
+                      "Needs --variable_update=replicated. Or set TF_CONFIG.")
+  flags.DEFINE_integer("task_index", 0, "This worker's index in --worker_hosts.")
+  flags.DEFINE_integer("worker_timeout_secs", 60, "A worker unreachable for this long stops "
+                       "the others with an error naming it.")
+  flags.DEFINE_integer("worker_startup_timeout_secs", 600, "How long a worker waits at the "
+                       "start for the others to come up.")
   flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, shuffling and dropout.")
   flags.DEFINE_enum("optimizer", "adamw", ["adamw", "radam", "lamb"], "The optimizer.")
   flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep in output_dir (0: all).")
@@ -258,6 +275,9 @@ def check_run_flags(flag_values, positive_flag_names=()):
   output_dir = _flag_value(flag_values, "output_dir")
   if not output_dir:
     raise UsageError("--output_dir is required.")
+  workers = run_cluster(flag_values)
+  if workers is not None and not workers.is_chief:
+    return  # a non-chief worker reads neither output_dir nor the init checkpoint
   if "://" in output_dir:
     raise UsageError("--output_dir=%s: give a local directory. The atomic writes and the "
                      "run lock need a local file system; copy the directory to %s after the "
@@ -276,6 +296,20 @@ def check_run_flags(flag_values, positive_flag_names=()):
       tokenization.validate_case_matches_checkpoint(flag_values.do_lower_case, init_checkpoint)
     except ValueError as e:
       raise UsageError(str(e))
+
+
+def run_cluster(flag_values):
+  """The cluster.Cluster of a multi-worker run (--worker_hosts or TF_CONFIG), else None.
+
+  Raises:
+    UsageError: the worker flags are malformed.
+  """
+  if "worker_hosts" not in flag_values:
+    return None
+  try:
+    return cluster.cluster_from_flags(flag_values.worker_hosts, flag_values.task_index)
+  except cluster.ClusterError as e:
+    raise UsageError(str(e))
 
 
 def require_file(flag_name, path):
@@ -349,9 +383,10 @@ XLA_LENGTH_MULTIPLE = 16
 class RunConfig(object):
   """What the loop needs to know about a run, built from the flags by make_run_config().
 
-  Batch sizes are counted over all towers: `micro_batch_size` examples run per sess.run,
-  `global_batch_size` = micro_batch_size x accumulation_steps examples make one update.
-  Steps are updates (global_step).
+  Training batch sizes are counted over all towers of all workers: `micro_batch_size`
+  examples run per sess.run, `global_batch_size` = micro_batch_size x accumulation_steps
+  examples make one update. Eval and predict run on this process's towers. Steps are
+  updates (global_step).
   """
 
   def __init__(self, **fields):
@@ -360,10 +395,17 @@ class RunConfig(object):
     self.n_gpus = fields.pop("n_gpus", 1)
     self.towers_per_gpu = fields.pop("towers_per_gpu", 1)
     self.variables_on_gpu = fields.pop("variables_on_gpu", False)
-    self.num_towers = self.n_gpus * self.towers_per_gpu
+    self.variable_update = fields.pop("variable_update", None)
+    # A cluster.Cluster for several workers, else None.
+    self.cluster = fields.pop("cluster", None)
+    self.num_workers = self.cluster.num_workers if self.cluster else 1
+    self.is_chief = self.cluster is None or self.cluster.is_chief
+    self.worker_timeout_secs = fields.pop("worker_timeout_secs", 60)
+    self.worker_startup_timeout_secs = fields.pop("worker_startup_timeout_secs", 600)
+    self.num_towers = self.n_gpus * self.towers_per_gpu  # of this process
     self.train_batch_size = fields.pop("train_batch_size", 1)  # per tower
     self.accumulation_steps = fields.pop("accumulation_steps", 1)
-    self.micro_batch_size = self.train_batch_size * self.num_towers
+    self.micro_batch_size = self.train_batch_size * self.num_towers * self.num_workers
     self.global_batch_size = self.micro_batch_size * self.accumulation_steps
     self.global_eval_batch_size = fields.pop("eval_batch_size", 8) * self.num_towers
     self.global_predict_batch_size = fields.pop("predict_batch_size", 8) * self.num_towers
@@ -395,17 +437,33 @@ class RunConfig(object):
     """
     if self._plan is None:
       try:
-        self._plan = multigpu.plan_devices(self.n_gpus, self.towers_per_gpu,
-                                           self.variables_on_gpu)
+        variable_update = self.variable_update
+        if self.variables_on_gpu and variable_update == "host":
+          variable_update = None  # the flag's default gives way to the old name
+        self._plan = multigpu.plan_devices(
+            self.n_gpus, self.towers_per_gpu, self.variables_on_gpu,
+            variable_update=variable_update, num_workers=self.num_workers,
+            worker_index=self.cluster.task_index if self.cluster else 0)
       except ValueError as e:
         raise UsageError(str(e))
       check_precision(self.precision, self._plan)
     return self._plan
 
+  @property
+  def cache_dir(self):
+    """Where this process keeps featurized data: output_dir, except on a worker that is not
+    the chief, which writes nothing there (a directory of its own under the temp dir)."""
+    if self.is_chief:
+      return self.output_dir
+    key = hashlib.sha1(os.path.abspath(self.output_dir).encode("utf-8")).hexdigest()[:10]
+    return os.path.join(tempfile.gettempdir(), "bert-mgpu-worker%d-%s" % (
+        self.cluster.task_index, key))
+
   def describe_training(self):
     """The start-of-run log lines: data, batch arithmetic, schedule and device mapping."""
-    lines = ["%d tower(s) x per-tower batch %d x %d accumulation step(s) = global batch %d" % (
-        self.num_towers, self.train_batch_size, self.accumulation_steps,
+    workers = " x %d workers" % self.num_workers if self.num_workers > 1 else ""
+    lines = ["%d tower(s)%s x per-tower batch %d x %d accumulation step(s) = global batch %d" % (
+        self.num_towers, workers, self.train_batch_size, self.accumulation_steps,
         self.global_batch_size)]
     steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g, precision %s%s" % (
         self.num_train_steps, self.num_warmup_steps, self.optimizer, self.learning_rate,
@@ -470,10 +528,21 @@ def make_run_config(flag_values, num_train_examples=None, example_noun="training
   # The flags this script has; RunConfig's defaults stand for the others.
   fields = {name: getattr(flag_values, name) for name in (
       "output_dir", "init_checkpoint", "n_gpus", "towers_per_gpu", "variables_on_gpu",
-      "train_batch_size", "eval_batch_size", "predict_batch_size", "accumulation_steps",
-      "learning_rate", "optimizer", "save_checkpoints_steps", "keep_checkpoint_max", "log_steps",
-      "random_seed", "precision", "use_xla", "pad_to_max_seq_length") if name in flag_values}
+      "variable_update", "train_batch_size", "eval_batch_size", "predict_batch_size",
+      "accumulation_steps", "learning_rate", "optimizer", "save_checkpoints_steps",
+      "keep_checkpoint_max", "log_steps", "random_seed", "precision", "use_xla",
+      "pad_to_max_seq_length", "worker_timeout_secs", "worker_startup_timeout_secs")
+            if name in flag_values}
+  fields["cluster"] = run_cluster(flag_values)
   config = RunConfig(**fields)
+  if config.cluster is not None:
+    if not _flag_value(flag_values, "do_train"):
+      raise UsageError("--worker_hosts (or TF_CONFIG) is for training (--do_train): evaluate "
+                       "and predict with one process on the chief's output_dir.")
+    try:
+      multigpu.check_variable_update(config.variable_update, num_workers=config.num_workers)
+    except ValueError as e:
+      raise UsageError(str(e))
   if not _flag_value(flag_values, "do_train"):
     return config
   if "num_train_steps" in flag_values:
@@ -571,6 +640,18 @@ def lock_output_dir(output_dir):
   _held_locks[key] = fd
 
 
+def claim_output_dir(config):
+  """lock_output_dir(config.output_dir) on the chief. Any other worker of a multi-worker run
+  writes nothing to output_dir (it may not even see it): it takes no lock, and its feature
+  caches go to config.cache_dir."""
+  if config.is_chief:
+    lock_output_dir(config.output_dir)
+  else:
+    tf.gfile.MakeDirs(config.cache_dir)
+    tf.logging.info("Worker %d writes nothing to --output_dir (the chief does); its caches go "
+                    "to %s.", config.cluster.task_index, config.cache_dir)
+
+
 # ---------------------------------------------------------------------------
 # Preemption: SIGTERM and Ctrl-C stop training at the next step boundary
 # ---------------------------------------------------------------------------
@@ -652,7 +733,8 @@ def init_from_checkpoint(init_checkpoint):
   Raises:
     UsageError: missing checkpoint, or a variable whose shape differs from the checkpoint's.
   """
-  tvars = tf.trainable_variables()
+  trainable = set(v.op.name for v in tf.trainable_variables())
+  tvars = [v for v in multigpu.saveable_variables() if v.op.name in trainable]
   try:
     assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(
         tvars, init_checkpoint)
@@ -783,26 +865,23 @@ class _Progress(object):
         self.config.num_train_steps, mean_loss, result["lr"], result["global_norm"],
         examples_per_sec,
         _format_eta(elapsed / self.steps * (self.config.num_train_steps - step)))
-    _scalar_summary(self.writer, step, {
-        "loss": mean_loss, "learning_rate": result["lr"],
-        "examples_per_sec": examples_per_sec, "global_norm": result["global_norm"]})
+    if self.writer is not None:  # None on a worker that is not the chief
+      _scalar_summary(self.writer, step, {
+          "loss": mean_loss, "learning_rate": result["lr"],
+          "examples_per_sec": examples_per_sec, "global_norm": result["global_norm"]})
     self.restart()
 
 
-def _batches_consumed(checkpoint, config):
-  """Micro-batches of training data that the run up to `checkpoint` consumed.
+def _batches_consumed(sess, ops, config):
+  """Micro-batches of training data that the run up to its current global_step consumed.
 
   global_step x accumulation_steps, except with fp16, whose skipped updates consumed their
-  batches without moving global_step: there the checkpoint counts the updates attempted.
+  batches without moving global_step: there the loss scale counts the updates attempted.
+  Read from the session (after the chief's variables reached every worker), so a worker
+  that does not see the chief's checkpoint resumes at the same data position.
   """
-  if not checkpoint:
-    return 0
-  reader = tf.train.load_checkpoint(checkpoint)
-  if reader.has_tensor(mixed_precision.STEPS_ATTEMPTED_VARIABLE):
-    steps = int(reader.get_tensor(mixed_precision.STEPS_ATTEMPTED_VARIABLE))
-  else:
-    steps = checkpoint_global_step(checkpoint)
-  return steps * config.accumulation_steps
+  counter = ops.loss_scale.steps_attempted if ops.loss_scale is not None else ops.global_step
+  return int(sess.run(counter)) * config.accumulation_steps
 
 
 def _report_overflow(step, loss, scale, overflows_at_minimum_scale, last_path):
@@ -831,6 +910,87 @@ def training_finished(config):
   return False
 
 
+class WorkerLost(UsageError):
+  """Another worker of a multi-worker run died or cannot be reached."""
+
+
+def _chief_start_state(config, eval_spec):
+  """On the chief: (latest checkpoint, _BestCheckpoint or None, whether training is over:
+  the plan's last step is reached, or early stopping ended it)."""
+  tf.gfile.MakeDirs(config.output_dir)
+  latest = tf.train.latest_checkpoint(config.output_dir)
+  if training_finished(config):
+    return latest, None, True
+  best = None
+  if eval_spec is not None and eval_spec.best_metric:
+    best = _BestCheckpoint(config.output_dir, eval_spec.best_metric, resuming=latest is not None)
+    if eval_spec.patience and best.evals_since_best >= eval_spec.patience:
+      tf.logging.info("%s stopped early (no better %s in %d evaluations): nothing to train.",
+                      config.output_dir, best.metric, best.evals_since_best)
+      return latest, best, True
+  return latest, best, False
+
+
+@contextlib.contextmanager
+def _training_session(config, plan):
+  """The session of the training graph: a local one, or for several workers one on this
+  worker's tf.train.Server once every peer is up, watched by a cluster.PeerWatchdog (None
+  for one process)."""
+  if config.cluster is None:
+    with tf.Session(config=plan.session_config()) as sess:
+      yield sess, None
+    return
+  try:
+    server = cluster.start_server(config.cluster, plan.session_config())
+    tf.logging.info("Worker %d of %d serving at %s; waiting for the others.",
+                    config.cluster.task_index, config.num_workers,
+                    config.cluster.worker_hosts[config.cluster.task_index])
+    cluster.wait_for_peers(config.cluster, config.worker_startup_timeout_secs)
+  except cluster.ClusterError as e:
+    raise UsageError(str(e))
+  with tf.Session(server.target, config=plan.session_config()) as sess, \
+      cluster.PeerWatchdog(config.cluster, config.worker_timeout_secs) as watchdog:
+    yield sess, watchdog
+
+
+def _worker_lost(error, watchdog):
+  """The one-line WorkerLost for a collective that failed because a peer went away (TF 2.x
+  raises; on TF 1.15 the collective waits and the watchdog ends the process instead)."""
+  peer = watchdog.unreachable_peer(within_secs=min(10, watchdog.timeout_secs))
+  if peer is None:
+    # TF names the peer it lost, e.g. "... remote target /job:worker/replica:0/task:1 ...".
+    match = re.search(r"/job:worker/replica:0/task:(\d+)", str(error))
+    if match and int(match.group(1)) != watchdog.cluster.task_index:
+      peer = int(match.group(1))
+  first_line = str(error).strip().split("\n")[0].replace("Graph execution error:", "").strip()
+  what = ("%s cannot be reached: it stopped or its machine is down" %
+          watchdog.cluster.describe(peer) if peer is not None else
+          "the all-reduce between workers failed (%s: %s)" % (type(error).__name__,
+                                                               first_line[:200]))
+  return WorkerLost("%s (this worker was at step %s). Stop every worker and start them all "
+                    "again with the same command; training resumes from the chief's last "
+                    "checkpoint." % (what, watchdog.step))
+
+
+# The settings every worker must share, in the order build_worker_check gets them.
+_WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_steps",
+                    "train_batch_size", "num_towers", "micro_batch_size", "random_seed")
+
+
+def _check_worker_settings(run, check, config):
+  """Raises UsageError when the workers do not share the settings that pair up their
+  collectives (different flags or data would make them wait on each other forever)."""
+  values, chief_values, differing = check
+  mine = [int(getattr(config, name) or 0) for name in _WORKER_SETTINGS]
+  chief, counts = run([chief_values, differing], {values: mine})
+  for name, own, chiefs, count in zip(_WORKER_SETTINGS, mine, chief, counts):
+    if count:
+      where = ("the chief has %d, this worker %d" % (chiefs, own) if own != chiefs else
+               "the chief has %d, %d other worker(s) differ" % (chiefs, count))
+      raise UsageError("the workers disagree on %s (%s): start every worker with the same "
+                       "flags, --n_gpus and data." % (name, where))
+
+
 def train(config, model_fn, make_train_dataset, eval_spec=None):
   """Trains on every tower until global_step == config.num_train_steps; resumes where it
   stopped.
@@ -841,54 +1001,68 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
   save_checkpoints_steps and at the end; with eval_spec, the dev set is evaluated at each one.
   SIGTERM or Ctrl-C stops after the current step with a checkpoint that is not evaluated.
 
+  With several workers, every worker calls this with the same config. The chief restores or
+  initialises, and its variables reach every replica before the first step; it alone
+  saves, evaluates and writes summaries. All workers stop at the same step, whether the
+  plan ends, the chief stops early or any of them gets a signal.
+
   Args:
     config: RunConfig.
     model_fn: function(features, is_training) -> dict with "loss" and per-example outputs.
     make_train_dataset: function(skip_batches) -> tf.data.Dataset of micro-batches of
-      config.micro_batch_size that first skips `skip_batches` of them.
-    eval_spec: EvalSpec or None.
+      config.micro_batch_size that first skips `skip_batches` (an int64 scalar tensor) of
+      them.
+    eval_spec: EvalSpec or None (used on the chief only).
 
   Returns:
-    Path of the last checkpoint.
+    Path of the last checkpoint (None on a worker that is not the chief).
 
   Raises:
     TrainingDiverged: non-finite loss; the last good checkpoint is left as it was.
     Preempted: stopped by a signal after saving a checkpoint.
+    WorkerLost: another worker died or cannot be reached.
   """
   output_dir = config.output_dir
-  tf.gfile.MakeDirs(output_dir)
-  latest = tf.train.latest_checkpoint(output_dir)
-  if training_finished(config):
-    return latest
-  start_step = checkpoint_global_step(latest) if latest else 0
-  best = None
-  if eval_spec is not None and eval_spec.best_metric:
-    best = _BestCheckpoint(output_dir, eval_spec.best_metric, resuming=latest is not None)
-    if eval_spec.patience and best.evals_since_best >= eval_spec.patience:
-      tf.logging.info("%s stopped early (no better %s in %d evaluations): nothing to train.",
-                      output_dir, best.metric, best.evals_since_best)
+  latest, best, finished = None, None, False
+  if config.is_chief:
+    latest, best, finished = _chief_start_state(config, eval_spec)
+    if finished and config.cluster is None:
       return latest
+  else:
+    eval_spec = None
+  start_step = checkpoint_global_step(latest) if latest else 0
   for line in config.describe_training():
     tf.logging.info("Training: %s", line)
   plan = config.plan()
 
   graph = tf.Graph()
-  with graph.as_default():
+  with graph.as_default(), tf.device(plan.worker_device() if config.cluster else None):
+    # First, so that its collective key does not depend on what it checks.
+    worker_check = multigpu.build_worker_check(plan, len(_WORKER_SETTINGS))
     if config.random_seed is not None:
       tf.set_random_seed(config.random_seed)
-    dataset = make_train_dataset(_batches_consumed(latest, config))
-    features = tf.data.make_one_shot_iterator(dataset).get_next()
+    skip_batches = tf.placeholder(tf.int64, [], name="skip_batches")
+    train_iterator = tf.data.make_initializable_iterator(make_train_dataset(skip_batches))
+    features = multigpu.worker_slice(train_iterator.get_next(), plan)
+    if config.random_seed is not None and config.cluster is not None:
+      # Every worker reads the same shuffled batches (the seed above), but draws its own
+      # dropout masks, as the towers of one process do; initial values come from the chief.
+      tf.set_random_seed(config.random_seed + config.cluster.task_index)
     ops = multigpu.build_training(
         plan, model_fn, features, init_lr=config.learning_rate,
         num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
         optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps,
         precision=config.precision, use_xla=config.use_xla)
+    start_sync = multigpu.build_start_sync(plan)
+    vote, votes = multigpu.build_worker_vote(plan)
     if eval_spec is not None:
       eval_iterator = tf.data.make_initializable_iterator(eval_spec.make_dataset())
       eval_outputs = multigpu.build_inference(plan, model_fn, eval_iterator.get_next(),
                                               config.global_eval_batch_size, config.precision,
                                               config.use_xla)
-    if latest:
+    if not config.is_chief:
+      tf.logging.info("Worker %d starts from the chief's variables.", config.cluster.task_index)
+    elif latest:
       tf.logging.info("Resuming from %s (step %d of %d); the init checkpoint is not used.",
                       latest, start_step, config.num_train_steps)
     elif config.init_checkpoint:
@@ -898,12 +1072,26 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
     else:
       tf.logging.info("No checkpoint in %s and no --init_checkpoint: training from scratch.",
                       output_dir)
-    saver = tf.train.Saver(max_to_keep=config.keep_checkpoint_max, save_relative_paths=True)
+    # Replica 0's variables: Google's plain names, whatever --variable_update.
+    saver = tf.train.Saver(multigpu.saveable_variables(), max_to_keep=config.keep_checkpoint_max,
+                           save_relative_paths=True)
     global_init = tf.global_variables_initializer()
     local_init = tf.local_variables_initializer()
     graph.finalize()
 
-    with tf.Session(config=plan.session_config()) as sess, _StopSignals() as stop:
+    with _training_session(config, plan) as (sess, watchdog), _StopSignals() as stop:
+
+      def run_collective(fetches, feed_dict=None):
+        """sess.run of ops that wait on other workers: a lost peer becomes one line."""
+        try:
+          return sess.run(fetches, feed_dict)
+        except tf.errors.OpError as e:
+          if watchdog is None:
+            raise
+          raise _worker_lost(e, watchdog)
+
+      if watchdog is not None:
+        _check_worker_settings(run_collective, worker_check, config)
       if latest:
         saver.restore(sess, latest)
         # Lets keep_checkpoint_max delete the checkpoints written before the restart too.
@@ -912,8 +1100,17 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
       else:
         sess.run(global_init)
       sess.run(local_init)
-      writer = tf.summary.FileWriter(output_dir)
-      eval_writer = tf.summary.FileWriter(os.path.join(output_dir, "eval")) if eval_spec else None
+      if start_sync is not None:
+        run_collective(start_sync)
+      if run_collective(votes, {vote: float(finished)}):
+        return latest  # the chief found nothing to train (several workers)
+      step = start_step = int(sess.run(ops.global_step))
+      sess.run(train_iterator.initializer, {skip_batches: _batches_consumed(sess, ops, config)})
+      writer = eval_writer = None
+      if config.is_chief:
+        writer = tf.summary.FileWriter(output_dir)
+        if eval_spec:
+          eval_writer = tf.summary.FileWriter(os.path.join(output_dir, "eval"))
       progress = _Progress(config, writer)
 
       def save(step):
@@ -939,24 +1136,31 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
           return True
         return False
 
-      step, last_path, saved_step, early_stopped = start_step, latest, start_step, False
-      fetches = {"train_op": ops.train_op, "loss": ops.loss, "lr": ops.learning_rate,
-                 "global_norm": ops.global_norm}
+      last_path, saved_step, early_stopped, stop_agreed = latest, step, False, False
+      fetches = {"train_op": ops.train_op, "loss": ops.update_loss, "lr": ops.learning_rate,
+                 "global_norm": ops.global_norm, "stop": ops.stop_agreed}
       overflows_at_minimum_scale = 0
-      while step < config.num_train_steps and stop.signum is None:
-        if ops.accumulate_op is None:
-          result = sess.run(fetches)
-        else:
-          micro_losses = [sess.run([ops.accumulate_op, ops.loss])[1]
-                          for _ in range(config.accumulation_steps)]
-          result = sess.run({k: v for k, v in fetches.items() if k != "loss"})
-          result["loss"] = float(np.mean(micro_losses))
+      # What the messages call the last good checkpoint before this run saved one.
+      no_checkpoint = "none" if config.is_chief else "the chief's latest"
+
+      def stopping():
+        # Alone, a signal stops at once; workers stop together, after the step that carried
+        # the request to all of them.
+        return stop_agreed or (config.cluster is None and stop.signum is not None)
+
+      while step < config.num_train_steps and not stopping():
+        if watchdog is not None:
+          watchdog.step = step + 1
+        for _ in range(config.accumulation_steps if ops.accumulate_op is not None else 0):
+          sess.run(ops.accumulate_op)
+        result = run_collective(fetches, {ops.stop_request: float(stop.signum is not None)})
+        stop_agreed = result["stop"] > 0
         if ops.loss_scale is not None and not np.isfinite(result["global_norm"]):
           # Skipped: global_step did not move, the loss scale halved (read after the update).
           scale = float(sess.run(ops.loss_scale.scale))
           overflows_at_minimum_scale = overflows_at_minimum_scale + 1 if scale <= 1.0 else 0
           _report_overflow(step + 1, result["loss"], scale, overflows_at_minimum_scale,
-                           last_path)
+                           last_path or no_checkpoint)
           continue
         overflows_at_minimum_scale = 0
         step += 1
@@ -966,32 +1170,46 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
               "The training loss is %s and the gradient norm %s at step %d; stopped without "
               "saving, so the last good checkpoint (%s) is intact. Lower --learning_rate or "
               "check the input data." %
-              (result["loss"], result["global_norm"], step, last_path or "none"))
+              (result["loss"], result["global_norm"], step, last_path or no_checkpoint))
         progress.add(step, result)
         if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
-          last_path, saved_step = save(step), step
-          if eval_spec is not None and evaluate_checkpoint(step, last_path):
-            early_stopped = True
+          if config.is_chief:
+            last_path, saved_step = save(step), step
+            early_stopped = eval_spec is not None and evaluate_checkpoint(step, last_path)
+          # The chief's verdict reaches every worker (they wait here while it evaluates).
+          early_stopped = bool(run_collective(votes, {vote: float(early_stopped)}))
+          if early_stopped:
             break
           progress.restart()
-      if stop.signum is not None and saved_step != step:
+      if watchdog is not None:
+        watchdog.stop()  # no collective from here on: peers may leave
+      if stopping() and saved_step != step and config.is_chief:
         # Not an evaluation: best/ and the early-stopping count are left as they are.
         last_path = save(step)
-      writer.close()
-      if eval_writer:
-        eval_writer.close()
-      if stop.signum is not None:
-        # Also when training had just ended: the signal asked the whole run to stop, so
-        # the evaluation and prediction after training are left to the rerun.
-        if step < config.num_train_steps and not early_stopped:
-          raise Preempted(stop.signum, "Stopped by %s at step %d of %d; saved %s. Run the same "
-                          "command again to resume from it." % (
-                              _signal_name(stop.signum), step, config.num_train_steps,
-                              last_path))
-        raise Preempted(stop.signum, "Stopped by %s after training ended (step %d); saved %s. "
-                        "Run the same command again to evaluate and predict." % (
-                            _signal_name(stop.signum), step, last_path))
+      for summary_writer in (writer, eval_writer):
+        if summary_writer:
+          summary_writer.close()
+  if stop_agreed or stop.signum is not None:
+    _raise_preempted(config, stop.signum, step, last_path, early_stopped)
   return last_path
+
+
+def _raise_preempted(config, signum, step, last_path, early_stopped):
+  """Ends a run stopped by a signal (to this worker or, with several workers, another)."""
+  where = ("saved %s" % last_path if config.is_chief else
+           "the chief saved the checkpoint")
+  if signum is None:
+    signum = signal.SIGTERM
+    cause = "another worker's signal"
+  else:
+    cause = _signal_name(signum)
+  if step < config.num_train_steps and not early_stopped:
+    raise Preempted(signum, "Stopped by %s at step %d of %d; %s. Run the same command again "
+                    "to resume from it." % (cause, step, config.num_train_steps, where))
+  # Also when training had just ended: the signal asked the whole run to stop, so the
+  # evaluation and prediction after training are left to the rerun.
+  raise Preempted(signum, "Stopped by %s after training ended (step %d); %s. Run the same "
+                  "command again to evaluate and predict." % (cause, step, where))
 
 
 def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
@@ -1010,7 +1228,7 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
   Raises:
     UsageError: the checkpoint lacks variables of this model (another task's checkpoint).
   """
-  plan = config.plan()
+  plan = config.plan().for_inference()
   graph = tf.Graph()
   with graph.as_default():
     iterator = tf.data.make_initializable_iterator(make_dataset())

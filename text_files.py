@@ -76,7 +76,18 @@ def read_text_file(path):
       data = f.read()
   except (IOError, OSError) as e:
     raise UsageError("%s: cannot read it (%s); check its permissions" % (path, e.strerror or e))
-  check_utf8_bytes(path, data)
+  return decode_utf8(path, data, "save the file as UTF-8 (e.g. `iconv -f GB18030 -t UTF-8`)")
+
+
+def decode_utf8(name, data, advice):
+  """Decodes UTF-8 bytes read from `name` (a leading byte order mark is dropped).
+
+  Raises:
+    UsageError: UTF-16/UTF-32, a NUL byte, or bytes that are not UTF-8 (the message names
+      the line and the byte offsets, then gives `advice`).
+  """
+  check_utf8_bytes(name, data)
+  # The BOM goes first, so that the error's offsets and byte are those of `data` itself.
   start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
   try:
     return data[start:].decode("utf-8")
@@ -84,10 +95,9 @@ def read_text_file(path):
     offset = start + e.start
     line_number, column = _line_and_column(data, offset)
     raise line_error(
-        path, line_number,
+        name, line_number,
         "byte 0x%02x at byte offset %d of the line (offset %d in the file) is not valid UTF-8"
-        % (data[offset], column, offset),
-        "save the file as UTF-8 (e.g. `iconv -f GB18030 -t UTF-8`)")
+        % (data[offset], column, offset), advice)
 
 
 # Unpaired UTF-16 surrogates: JSON's \uD800-style escapes can make them, and no UTF-8 file

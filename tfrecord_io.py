@@ -97,8 +97,8 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
       batch. False: one pass in file order; the last batch may be partial.
     seed: shuffle seed.
     shuffle_buffer: examples in the shuffle buffer.
-    skip_batches: batches to skip (a resumed run skips what it already trained on, so it sees
-      the same data as a run that never stopped).
+    skip_batches: batches to skip, an int or an int64 scalar tensor (a resumed run skips what
+      it already trained on, so it sees the same data as a run that never stopped).
     length_multiple: trim each batch to its longest example rounded up to a multiple of
       this; None keeps every batch padded to the full length of the records.
 
@@ -109,8 +109,8 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
   if is_training:
     dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.repeat()
-    if skip_batches:
-      dataset = dataset.skip(skip_batches * global_batch_size)
+    if isinstance(skip_batches, tf.Tensor) or skip_batches:
+      dataset = dataset.skip(tf.cast(skip_batches, tf.int64) * global_batch_size)
   # Parallel parsing keeps the order (deterministic), so batches do not depend on it.
   dataset = dataset.map(lambda record: _decode_record(record, feature_spec),
                         num_parallel_calls=4)

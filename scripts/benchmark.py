@@ -136,7 +136,8 @@ def model_fn_for(task, config):
 
 def measure(args, config, n_gpus):
   """Builds the training step for n_gpus and times it. Returns the result dict."""
-  plan = multigpu.plan_devices(n_gpus, args.towers_per_gpu, args.variables_on_gpu)
+  plan = multigpu.plan_devices(n_gpus, args.towers_per_gpu, args.variables_on_gpu,
+                               variable_update=args.variable_update)
   micro_batch = args.train_batch_size * plan.num_towers
   examples = synthetic_examples(args.task, config, micro_batch * NUM_SYNTHETIC_BATCHES,
                                 args.max_seq_length, args.length_distribution)
@@ -151,11 +152,14 @@ def measure(args, config, n_gpus):
         plan, model_fn_for(args.task, config), features, init_lr=1e-4, num_train_steps=10 ** 6,
         num_warmup_steps=10, accumulation_steps=args.accumulation_steps,
         precision=args.precision, use_xla=args.use_xla)
+    start_sync = multigpu.build_start_sync(plan)
     # Fetch real tensors: Grappler prunes work that nothing fetched depends on.
     fetches = [ops.train_op, ops.loss, ops.global_norm]
     session_config = plan.session_config()
     with tf.Session(config=session_config) as sess:
       sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+      if start_sync is not None:
+        sess.run(start_sync)
 
       def step():
         for _ in range(args.accumulation_steps - 1):
@@ -179,7 +183,7 @@ def measure(args, config, n_gpus):
       "examples_per_sec": round(global_batch / median, 2),
       "step_time_ms": round(1000 * median, 2),
       "step_time_ms_p90": round(1000 * float(np.percentile(times, 90)), 2),
-      "n_gpus": n_gpus, "n_towers": plan.num_towers,
+      "n_gpus": n_gpus, "n_towers": plan.num_towers, "variable_update": plan.variable_update,
       "gpus_visible": multigpu.count_visible_gpus(),
       "per_tower_batch": args.train_batch_size, "accumulation_steps": args.accumulation_steps,
       "global_batch": global_batch, "max_seq_length": args.max_seq_length,
@@ -201,7 +205,9 @@ def parse_args(argv=None):
   parser.add_argument("--n_gpus", type=int, default=1)
   parser.add_argument("--towers_per_gpu", type=int, default=1)
   parser.add_argument("--variables_on_gpu", action="store_true",
-                      help="variables and the update on GPU 0 instead of the host CPU")
+                      help="the old name of --variable_update=gpu0")
+  parser.add_argument("--variable_update", choices=list(multigpu.VARIABLE_UPDATES),
+                      help="host (default), gpu0 or replicated (docs/SCALING.md)")
   parser.add_argument("--train_batch_size", type=int, default=16, help="per tower")
   parser.add_argument("--max_seq_length", type=int, default=128)
   parser.add_argument("--steps", type=int, default=30, help="timed steps")
@@ -229,20 +235,22 @@ def main(argv=None):
     result = measure(args, config, n_gpus)
     results.append(result)
     print(json.dumps(result, sort_keys=True))
-    print("%s, %d tower(s) x %d: %.1f examples/s, median step %.1f ms (%s, %s)" % (
+    print("%s, %d tower(s) x %d: %.1f examples/s, median step %.1f ms (%s, %s, %s)" % (
         args.task, result["n_towers"], args.train_batch_size, result["examples_per_sec"],
-        result["step_time_ms"], args.precision, args.length_distribution))
+        result["step_time_ms"], args.precision, args.length_distribution,
+        result["variable_update"]))
     sys.stdout.flush()
   if len(results) > 1:
     base = results[0]
-    print("\n| GPUs | towers | global batch | examples/s | speedup | scaling efficiency |")
-    print("|---|---|---|---|---|---|")
+    print("\n| GPUs | towers | variable_update | global batch | examples/s | speedup | "
+          "scaling efficiency |")
+    print("|---|---|---|---|---|---|---|")
     for result in results:
       speedup = result["examples_per_sec"] / base["examples_per_sec"]
       efficiency = speedup * base["n_gpus"] / result["n_gpus"]
-      print("| %d | %d | %d | %.1f | %.2f | %.2f |" % (
-          result["n_gpus"], result["n_towers"], result["global_batch"],
-          result["examples_per_sec"], speedup, efficiency))
+      print("| %d | %d | %s | %d | %.1f | %.2f | %.2f |" % (
+          result["n_gpus"], result["n_towers"], result["variable_update"],
+          result["global_batch"], result["examples_per_sec"], speedup, efficiency))
     if not base["gpus_visible"]:
       print("(no GPU visible: the towers are logical CPU devices sharing the same cores, so "
             "this measures the cost of splitting, not a speed-up)")

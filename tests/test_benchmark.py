@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 import cli
 
 TINY_CONFIG = {"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1,
@@ -22,18 +24,23 @@ def run_benchmark(tmp_path, *args):
   return [json.loads(line) for line in lines if line.startswith("{")], lines
 
 
-def test_sweep_prints_a_json_line_per_gpu_count_and_the_table(tmp_path):
-  results, lines = run_benchmark(tmp_path, "--sweep_gpus=1,2", "--length_distribution=short")
-  assert [r["n_towers"] for r in results] == [1, 2]
-  assert [r["global_batch"] for r in results] == [4, 8]  # per-tower batch fixed
+@pytest.mark.parametrize("variable_update", ["host", "replicated"])
+def test_sweep_prints_a_json_line_per_gpu_count_and_the_table(tmp_path, variable_update):
+  results, lines = run_benchmark(tmp_path, "--sweep_gpus=1,2,4", "--length_distribution=short",
+                                 "--variable_update=%s" % variable_update)
+  assert [r["n_towers"] for r in results] == [1, 2, 4]
+  assert [r["global_batch"] for r in results] == [4, 8, 16]  # per-tower batch fixed
   for result in results:
     assert REQUIRED_KEYS <= set(result) and result["examples_per_sec"] > 0
+    assert result["variable_update"] == variable_update
   table = [line for line in lines if line.startswith("| ")]
-  assert table[0].startswith("| GPUs | towers | global batch | examples/s | speedup |")
-  rows = [line.strip("|").split("|") for line in table[1:]]
-  assert [int(row[0]) for row in rows] == [1, 2]
-  assert float(rows[0][4]) == 1.0 and float(rows[0][5]) == 1.0  # speedup, efficiency of 1
-  assert abs(float(rows[1][4]) - results[1]["examples_per_sec"] /
+  assert table[0].startswith(
+      "| GPUs | towers | variable_update | global batch | examples/s | speedup |")
+  rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table[1:]]
+  assert [int(row[0]) for row in rows] == [1, 2, 4]
+  assert all(row[2] == variable_update for row in rows)
+  assert float(rows[0][5]) == 1.0 and float(rows[0][6]) == 1.0  # speedup, efficiency of 1
+  assert abs(float(rows[1][5]) - results[1]["examples_per_sec"] /
              results[0]["examples_per_sec"]) < 0.01
 
 

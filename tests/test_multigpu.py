@@ -8,7 +8,8 @@ import tensorflow.compat.v1 as tf
 import modeling
 import multigpu
 
-from tiny_model import TINY_CONFIG, classifier_model_fn, cpu_plan, random_batch
+from tiny_model import (TINY_CONFIG, classifier_model_fn, cpu_plan, random_batch,
+                        relative_update_difference, train_steps)
 
 
 # ---------------------------------------------------------------------------
@@ -110,41 +111,11 @@ def test_embedding_gradients_stay_sparse_when_averaged():
 
 def run_training_steps(num_towers, batches, optimizer, initial_values=None,
                        accumulation_steps=1):
-  """Builds a num_towers graph, applies one update per batch; returns (initial, final) values."""
-  plan = cpu_plan(num_towers)
-  with tf.Graph().as_default():
-    tf.set_random_seed(1)
-    placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
-                    for k, v in batches[0].items()}
-    ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
-                                  optimizer, accumulation_steps=accumulation_steps)
-    with tf.Session(config=plan.session_config()) as sess:
-      sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-      variables = tf.trainable_variables()
-      if initial_values is not None:
-        for var in variables:
-          var.load(initial_values[var.op.name], sess)
-      initial = {v.op.name: v for v in variables}
-      initial = dict(zip(initial, sess.run(list(initial.values()))))
-      for batch in batches:
-        if accumulation_steps > 1:
-          micro = np.array_split(np.arange(len(batch["label_ids"])), accumulation_steps)
-          for rows in micro:
-            sess.run(ops.accumulate_op, {placeholders[k]: v[rows] for k, v in batch.items()})
-          sess.run(ops.train_op)
-        else:
-          sess.run(ops.train_op, {placeholders[k]: v for k, v in batch.items()})
-      final = dict(zip(initial, sess.run([v for v in variables])))
-      assert sess.run(ops.global_step) == len(batches)
+  """Trains num_towers host towers, one update per batch; returns (initial, final) values."""
+  initial, final, _, step = train_steps(cpu_plan(num_towers), batches, optimizer,
+                                        initial_values, accumulation_steps)
+  assert step == len(batches)
   return initial, final
-
-
-def relative_update_difference(initial, final_a, final_b):
-  """||update_a - update_b|| / ||update_a|| over all variables."""
-  diff = sum(np.sum((final_a[k] - final_b[k]) ** 2) for k in initial)
-  norm = sum(np.sum((final_a[k] - initial[k]) ** 2) for k in initial)
-  assert norm > 0
-  return np.sqrt(diff / norm)
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "radam", "lamb"])
@@ -167,3 +138,30 @@ def test_accumulated_micro_batches_give_the_same_update_as_one_batch():
   initial, whole = run_training_steps(1, batches, "adamw")
   _, accumulated = run_training_steps(2, batches, "adamw", initial, accumulation_steps=2)
   assert relative_update_difference(initial, whole, accumulated) <= 1e-5
+
+
+def test_inference_pads_a_short_batch_only_to_a_multiple_of_the_towers():
+  batch = random_batch(np.random.RandomState(4), 3)
+  model_fn = classifier_model_fn()
+
+  def with_tower_rows(features, is_training):
+    outputs = model_fn(features, is_training)
+    rows = tf.shape(features["input_ids"])[0]
+    outputs["tower_rows"] = tf.fill([rows], rows)  # per example: its tower's batch size
+    return outputs
+
+  results = []
+  for num_towers in (1, 2):
+    plan = cpu_plan(num_towers)
+    with tf.Graph().as_default():
+      tf.set_random_seed(3)
+      features = {k: tf.constant(v) for k, v in batch.items()}
+      outputs = multigpu.build_inference(plan, with_tower_rows, features, 8 * num_towers)
+      with tf.Session(config=plan.session_config()) as sess:
+        sess.run(tf.global_variables_initializer())
+        results.append(sess.run(outputs))
+  one, two = results
+  assert list(one["tower_rows"]) == [3, 3, 3]
+  assert list(two["tower_rows"]) == [2, 2, 2]  # 3 rows padded to 4, not to the global 16
+  np.testing.assert_allclose(two["probabilities"], one["probabilities"], rtol=1e-5)
+  assert two["probabilities"].shape == (3, 3)

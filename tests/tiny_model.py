@@ -84,3 +84,52 @@ def records_file(tmp_path, seed, num_examples):
 def train_dataset_fn(path, global_batch):
   return lambda skip: tfrecord_io.make_dataset([path], FEATURE_SPEC, global_batch, True, seed=5,
                                            skip_batches=skip)
+
+
+def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1):
+  """Builds the training graph of `plan` and applies one update per batch (with
+  accumulation: the batch split into micro-batches).
+
+  Returns:
+    (initial, final, all_values, global_step): initial and final map the plain names of the
+    trainable variables (replica 0's, with replicated variables) to arrays; all_values maps
+    every global variable's own name (replicas' copies and slots too) to its final value.
+  """
+  with tf.Graph().as_default():
+    tf.set_random_seed(1)
+    placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
+                    for k, v in batches[0].items()}
+    ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
+                                  optimizer, accumulation_steps=accumulation_steps)
+    sync = multigpu.build_start_sync(plan)
+    trainable = set(v.op.name for v in tf.trainable_variables())
+    saved = [v for v in multigpu.saveable_variables() if v.op.name in trainable]
+    with tf.Session(config=plan.session_config()) as sess:
+      sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+      if initial_values is not None:
+        for var in saved:
+          var.load(initial_values[var.op.name], sess)
+      if sync is not None:
+        sess.run(sync)
+      initial = dict(zip([v.op.name for v in saved], sess.run(saved)))
+      for batch in batches:
+        micro = np.array_split(np.arange(len(batch["label_ids"])), accumulation_steps)
+        if accumulation_steps > 1:
+          for rows in micro:
+            sess.run(ops.accumulate_op, {placeholders[k]: v[rows] for k, v in batch.items()})
+          sess.run(ops.train_op)
+        else:
+          sess.run(ops.train_op, {placeholders[k]: v for k, v in batch.items()})
+      final = dict(zip(initial, sess.run(saved)))
+      everything = tf.global_variables()
+      replica_values = dict(zip([v.op.name for v in everything], sess.run(everything)))
+      step = sess.run(ops.global_step)
+  return initial, final, replica_values, step
+
+
+def relative_update_difference(initial, final_a, final_b):
+  """||update_a - update_b|| / ||update_a|| over all variables."""
+  diff = sum(np.sum((final_a[k] - final_b[k]) ** 2) for k in initial)
+  norm = sum(np.sum((final_a[k] - initial[k]) ** 2) for k in initial)
+  assert norm > 0
+  return np.sqrt(diff / norm)
