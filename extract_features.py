@@ -8,8 +8,11 @@ pair. Output (--output_file), one JSON line per input line, in input order:
   {"linex_index": 0, "features": [{"token": "[CLS]", "layers": [{"index": -1,
    "values": [0.123456, ...]}, ...]}, ...]}
 
-With --pooling=cls or mean, the output is instead one .npy array [lines, layers, hidden]
-of sentence vectors. Either file is written through a temp file and a rename.
+Beyond Google's: --pooling=cls or mean also writes one sentence vector per line, from
+the last encoder layer, to a float32 .npy array [lines, hidden] beside it
+(--pooled_output_file, by default `<output_file>.cls.npy` / `<output_file>.mean.npy`);
+--write_json=false then skips the JSON lines. Every file is written through a temp file
+and a rename.
 """
 
 import collections
@@ -120,6 +123,9 @@ def pad_batch(features, max_seq_length):
 
 POOLINGS = ("none", "cls", "mean")
 
+# The encoder layer the sentence vectors come from, whatever --layers says.
+POOLED_LAYER = -1
+
 
 def parse_layer_indexes(layers_flag, num_hidden_layers):
   """The layer indexes of --layers, checked against the model.
@@ -145,17 +151,44 @@ def parse_layer_indexes(layers_flag, num_hidden_layers):
   return indexes
 
 
-def create_model_fn(bert_config, layer_indexes, pooling="none", use_one_hot_embeddings=False):
-  """Returns model_fn(features, is_training): the chosen encoder layers of each example.
+def pool(last_layer, input_mask, pooling):
+  """One sentence vector per example from the token vectors of one layer.
+
+  Args:
+    last_layer: float32 [batch, seq, hidden].
+    input_mask: int32 [batch, seq], 1 on the real tokens ([CLS] and [SEP] included).
+    pooling: "cls": the vector at position 0 ([CLS]); "mean": the mean over the positions
+      where input_mask is 1, padding excluded.
+
+  Returns:
+    float32 [batch, hidden].
+  """
+  if pooling == "cls":
+    return last_layer[:, 0, :]
+  mask = tf.cast(input_mask, tf.float32)[:, :, None]  # [batch, seq, 1]
+  # The rows build_inference pads a partial batch with have no token: max() avoids 0/0.
+  count = tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)  # [batch, 1]
+  return tf.reduce_sum(last_layer * mask, axis=1) / count
+
+
+def create_model_fn(bert_config, layer_indexes, pooling="none", use_one_hot_embeddings=False,
+                    write_layers=True):
+  """Returns model_fn(features, is_training): the encoder outputs of each example.
 
   Args:
     bert_config: BertConfig.
-    layer_indexes: encoder layers to return, in this order.
-    pooling: "none": every token's vector, {"layers": [batch, layers, seq, hidden]};
-      "cls": the [CLS] vector, "mean": the mean over the real tokens (mask 1),
-      {"pooled": [batch, layers, hidden]}.
+    layer_indexes: encoder layers of "layers", in this order.
+    pooling: "none", or "cls" / "mean" to add "pooled" (see pool()): float32
+      [batch, hidden] from layer POOLED_LAYER, whatever `layer_indexes` are.
     use_one_hot_embeddings: look the word embeddings up with a one-hot matmul.
+    write_layers: return "layers", float32 [batch, layers, seq, hidden]. False (with a
+      pooling) leaves the big per-token output out of the graph's fetches.
   """
+  if pooling not in POOLINGS:
+    raise ValueError("pooling %r is not one of %s" % (pooling, POOLINGS))
+  if pooling == "none" and not write_layers:
+    raise ValueError("nothing to output: no layers and no pooling")
+
   def model_fn(features, is_training):
     del is_training  # always inference: dropout off
     model = modeling.BertModel(
@@ -163,16 +196,16 @@ def create_model_fn(bert_config, layer_indexes, pooling="none", use_one_hot_embe
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
         use_one_hot_embeddings=use_one_hot_embeddings)
     all_layers = model.get_all_encoder_layers()
-    # [batch, layers, seq, hidden], float32 whatever the compute precision.
-    layers = tf.cast(tf.stack([all_layers[i] for i in layer_indexes], axis=1), tf.float32)
-    if pooling == "none":
-      return {"layers": layers}
-    if pooling == "cls":
-      return {"pooled": layers[:, :, 0, :]}
-    mask = tf.cast(features["input_mask"], tf.float32)[:, None, :, None]  # [batch, 1, seq, 1]
-    # The rows build_inference pads a partial batch with have no token: max() avoids 0/0.
-    count = tf.maximum(tf.reduce_sum(mask, axis=2), 1.0)  # [batch, 1, 1]
-    return {"pooled": tf.reduce_sum(layers * mask, axis=2) / count}
+    outputs = {}
+    if write_layers:
+      # [batch, layers, seq, hidden], float32 whatever the compute precision.
+      outputs["layers"] = tf.cast(tf.stack([all_layers[i] for i in layer_indexes], axis=1),
+                                  tf.float32)
+    if pooling != "none":
+      # Pooled in float32, so that a 16-bit compute precision does not round the sum.
+      outputs["pooled"] = pool(tf.cast(all_layers[POOLED_LAYER], tf.float32),
+                               features["input_mask"], pooling)
+    return outputs
   return model_fn
 
 
@@ -350,44 +383,60 @@ def _remove_quietly(path):
     os.remove(path)
 
 
-def write_json_lines(path, batches, features, tokenizer, layer_indexes):
-  """Writes Google's JSON lines, one per example, from run_batches()' output.
+def write_outputs(batches, features, tokenizer, layer_indexes, json_path=None,
+                  pooled_path=None, hidden_size=None):
+  """Writes Google's JSON lines and/or the pooled .npy from run_batches()' output.
 
-  Returns:
-    The number of lines written.
-  """
-  count = 0
-  with atomic_output(path) as f:
-    for start, outputs in batches:
-      for row, values in enumerate(outputs["layers"]):  # values: [layers, seq, hidden]
-        input_ids = features[start + row][0]
-        tokens = tokenizer.convert_ids_to_tokens(input_ids.tolist())
-        f.write(format_json_line(start + row, tokens, layer_indexes, values))
-        count += 1
-    _check_count(count, len(features))  # before the rename: no short file under `path`
-  return count
+  Both files are streamed batch by batch into temp files beside their paths, so memory
+  does not grow with the line count, and renamed only once every line is written: an
+  error or a crash leaves each path as it was (the old file or none), never half a file.
 
-
-def write_npy(path, batches, num_examples, num_layers, hidden_size):
-  """Writes the pooled vectors as one float32 .npy array [examples, layers, hidden].
-
-  The header is written first and the rows batch by batch, so the whole array is never
-  held in memory.
+  Args:
+    batches: run_batches()' (start, outputs) pairs, in input order.
+    features: list of (input_ids, segment_ids), as convert_lines() returns them.
+    tokenizer: turns the ids back into the JSON's tokens.
+    layer_indexes: the --layers indexes, in the order of outputs["layers"].
+    json_path: where the JSON lines go (outputs["layers"]), or None for none.
+    pooled_path: where the float32 .npy [examples, hidden] goes (outputs["pooled"]), or
+      None for none.
+    hidden_size: the vectors' width, for the .npy header written before the rows.
 
   Returns:
     The number of examples written.
   """
   count = 0
-  with atomic_output(path, binary=True) as f:
-    np.lib.format.write_array_header_1_0(f, {
-        "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-        "shape": (num_examples, num_layers, hidden_size)})
-    for _, outputs in batches:
-      pooled = np.ascontiguousarray(outputs["pooled"], dtype=np.float32)
-      f.write(pooled.tobytes())
-      count += len(pooled)
-    _check_count(count, num_examples)  # before the rename: no short file under `path`
+  with contextlib.ExitStack() as stack:
+    json_file = stack.enter_context(atomic_output(json_path)) if json_path else None
+    pooled_file = None
+    if pooled_path:
+      pooled_file = stack.enter_context(atomic_output(pooled_path, binary=True))
+      np.lib.format.write_array_header_1_0(pooled_file, {
+          "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+          "fortran_order": False, "shape": (len(features), hidden_size)})
+    for start, outputs in batches:
+      if json_file:
+        for row, values in enumerate(outputs["layers"]):  # values: [layers, seq, hidden]
+          input_ids = features[start + row][0]
+          tokens = tokenizer.convert_ids_to_tokens(input_ids.tolist())
+          _write(json_file, json_path,
+                 format_json_line(start + row, tokens, layer_indexes, values))
+      if pooled_file:
+        pooled = np.ascontiguousarray(outputs["pooled"], dtype=np.float32)
+        if pooled.shape[1:] != (hidden_size,):
+          raise AssertionError("pooled shape %s, hidden size %d" % (pooled.shape, hidden_size))
+        _write(pooled_file, pooled_path, pooled.tobytes())
+      count += len(next(iter(outputs.values())))
+    # Before the renames (the .npy's, then the JSON's): no short file under either path.
+    _check_count(count, len(features))
   return count
+
+
+def _write(f, path, data):
+  # Named here: with two files open, atomic_output would name whichever it is innermost.
+  try:
+    f.write(data)
+  except OSError as e:
+    raise runner.write_error(path, e)
 
 
 def _check_count(count, num_examples):
@@ -407,8 +456,9 @@ def define_flags():
   flags = tf.flags
   flags.DEFINE_string("input_file", None, "Text file, one text per line ('text_a ||| text_b' "
                       "for a pair).")
-  flags.DEFINE_string("output_file", None, "JSON lines, one per input line (with --pooling: "
-                      "a .npy array).")
+  flags.DEFINE_string("output_file", None, "Google's JSON lines, one per input line. With "
+                      "--write_json=false it is not written (an existing file is left as "
+                      "it is) and only names the default --pooled_output_file.")
   flags.DEFINE_string("layers", "-1,-2,-3,-4", "Encoder layers to output, comma-separated; "
                       "-1 is the last.")
   runner.define_shared_flags(["bert_config_file", "vocab_file", "init_checkpoint",
@@ -417,9 +467,16 @@ def define_flags():
                        "global batch is batch_size x towers.")
   flags.DEFINE_bool("use_one_hot_embeddings", False, "Look up word embeddings with a one-hot "
                     "matmul instead of a gather (same values).")
-  flags.DEFINE_enum("pooling", "none", list(POOLINGS), "none: Google's JSON lines, every "
-                    "token's vectors. cls / mean: one .npy array [lines, layers, hidden] of "
-                    "the [CLS] vector / the mean over each line's tokens.")
+  flags.DEFINE_enum("pooling", "none", list(POOLINGS), "none: Google's JSON lines only. "
+                    "cls / mean: also one sentence vector per line from the LAST encoder "
+                    "layer (whatever --layers says): the [CLS] vector / the mean over the "
+                    "line's tokens ([CLS] and [SEP] included, padding excluded), as a "
+                    "float32 .npy array [lines, hidden] at --pooled_output_file.")
+  flags.DEFINE_string("pooled_output_file", None, "Where --pooling writes its .npy; default "
+                      "<output_file>.cls.npy or <output_file>.mean.npy.")
+  flags.DEFINE_bool("write_json", True, "Write the JSON lines to --output_file. false (with "
+                    "--pooling=cls or mean) writes only the .npy and leaves --output_file "
+                    "as it is.")
 
 
 # ---------------------------------------------------------------------------
@@ -428,7 +485,8 @@ def define_flags():
 
 class _RunFlags(object):
   """FLAGS as runner.check_run_flags and make_run_config read them, with the directory
-  of --output_file standing in for --output_dir, which this script does not have."""
+  of the first file written (--output_file, else --pooled_output_file) standing in for
+  --output_dir, which this script does not have."""
 
   def __init__(self, flag_values, output_dir):
     self._flag_values = flag_values
@@ -441,52 +499,95 @@ class _RunFlags(object):
     return getattr(self._flag_values, name)
 
 
-def output_directory(output_file):
-  """Checks --output_file before any work; returns its directory (which may not exist yet).
+def output_directory(path, flag_name="output_file"):
+  """Checks an output file flag before any work; returns its directory (may not exist yet).
 
   Raises:
     UsageError: the flag is missing, remote, a directory, or under a file.
   """
-  if not output_file:
-    raise UsageError("--output_file is required.")
-  if "://" in output_file:
-    raise UsageError("--output_file=%s: give a local path (the file is written through a "
-                     "local temp file and a rename); copy it after the run." % output_file)
-  if os.path.isdir(output_file):
-    raise UsageError("--output_file=%s is a directory: give a file path." % output_file)
-  directory = os.path.dirname(os.path.abspath(output_file))
+  flag = "--%s=%s" % (flag_name, path)
+  if not path:
+    raise UsageError("--%s is required." % flag_name)
+  if "://" in path:
+    raise UsageError("%s: give a local path (the file is written through a local temp file "
+                     "and a rename); copy it after the run." % flag)
+  if os.path.isdir(path):
+    raise UsageError("%s is a directory: give a file path." % flag)
+  directory = os.path.dirname(os.path.abspath(path))
   parent = directory
   while not os.path.exists(parent):
     parent = os.path.dirname(parent)
   if not os.path.isdir(parent):
-    raise UsageError("--output_file=%s: %s is a file, not a directory." % (output_file, parent))
+    raise UsageError("%s: %s is a file, not a directory." % (flag, parent))
   return directory
+
+
+def default_pooled_output_file(output_file, pooling):
+  """`<output_file>.cls.npy` or `<output_file>.mean.npy`: beside the JSON, named by both."""
+  return "%s.%s.npy" % (output_file, pooling)
+
+
+def output_paths(output_file, pooling, pooled_output_file, write_json):
+  """The files this run writes, from the flags (not checked on disk).
+
+  Returns:
+    (JSON lines path or None, pooled .npy path or None).
+
+  Raises:
+    UsageError: nothing to write, or a flag missing or out of place.
+  """
+  if pooling == "none":
+    if not write_json:
+      raise UsageError("--write_json=false leaves nothing to write without "
+                       "--pooling=cls or --pooling=mean.")
+    if pooled_output_file:
+      raise UsageError("--pooled_output_file=%s needs --pooling=cls or --pooling=mean." %
+                       pooled_output_file)
+    if not output_file:
+      raise UsageError("--output_file is required.")
+    return output_file, None
+  if not pooled_output_file:
+    if not output_file:
+      raise UsageError("--output_file is required (it also names the .npy: "
+                       "<output_file>.%s.npy)." % pooling)
+    pooled_output_file = default_pooled_output_file(output_file, pooling)
+  json_path = output_file if write_json else None
+  if json_path and os.path.realpath(json_path) == os.path.realpath(pooled_output_file):
+    raise UsageError("--pooled_output_file=%s is the --output_file: give another path." %
+                     pooled_output_file)
+  return json_path, pooled_output_file
 
 
 def check_flags():
   """Validates the flags and files before anything is written.
 
   Returns:
-    (BertConfig, RunConfig, the layer indexes).
+    (BertConfig, RunConfig, the layer indexes, JSON path or None, .npy path or None).
   """
   runner.require_file("input_file", FLAGS.input_file)
   if not FLAGS.init_checkpoint:
     raise UsageError("--init_checkpoint is required, e.g. "
                      "chinese_L-12_H-768_A-12/bert_model.ckpt.")
-  directory = output_directory(FLAGS.output_file)
-  if os.path.exists(FLAGS.output_file) and os.path.samefile(FLAGS.output_file,
-                                                            FLAGS.input_file):
-    raise UsageError("--output_file=%s is the --input_file: give another path." %
-                     FLAGS.output_file)
+  json_path, pooled_path = output_paths(FLAGS.output_file, FLAGS.pooling,
+                                        FLAGS.pooled_output_file, FLAGS.write_json)
+  directory = None
+  for flag_name, path in (("output_file", json_path), ("pooled_output_file", pooled_path)):
+    if not path:
+      continue
+    path_directory = output_directory(path, flag_name)
+    directory = directory or path_directory
+    if os.path.exists(path) and os.path.samefile(path, FLAGS.input_file):
+      raise UsageError("--%s=%s is the --input_file: give another path." % (flag_name, path))
   run_flags = _RunFlags(FLAGS, directory)
   runner.check_run_flags(run_flags, positive_flag_names=("batch_size",))
   bert_config = runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
-  return bert_config, runner.make_run_config(run_flags), layer_indexes
+  return (bert_config, runner.make_run_config(run_flags), layer_indexes, json_path,
+          pooled_path)
 
 
 def main(_):
-  bert_config, config, layer_indexes = check_flags()
+  bert_config, config, layer_indexes, json_path, pooled_path = check_flags()
   tokenizer = runner.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
                                     FLAGS.bert_config_file)
   classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
@@ -496,22 +597,22 @@ def main(_):
   for line in plan.describe():
     tf.logging.info("Devices: %s", line)
   tf.logging.info("%d lines, %d tower(s) x batch %d = %d lines per step, layers %s, "
-                  "precision %s", len(features), config.num_towers, FLAGS.batch_size,
-                  batch_size, ",".join(map(str, layer_indexes)), config.precision)
+                  "pooling %s, precision %s", len(features), config.num_towers,
+                  FLAGS.batch_size, batch_size, ",".join(map(str, layer_indexes)),
+                  FLAGS.pooling, config.precision)
   model_fn = create_model_fn(bert_config, layer_indexes, FLAGS.pooling,
-                             FLAGS.use_one_hot_embeddings)
+                             FLAGS.use_one_hot_embeddings, write_layers=bool(json_path))
   extraction = build_extraction(config, model_fn, batch_size, FLAGS.max_seq_length,
                                 FLAGS.init_checkpoint)
-  tf.gfile.MakeDirs(os.path.dirname(os.path.abspath(FLAGS.output_file)))
+  paths = [path for path in (json_path, pooled_path) if path]
+  for path in paths:
+    tf.gfile.MakeDirs(os.path.dirname(os.path.abspath(path)))
   with tf.Session(graph=extraction.graph, config=plan.session_config()) as sess:
     sess.run(extraction.init_op)
     batches = run_batches(sess, extraction, features, log_every=FLAGS.log_steps)
-    if FLAGS.pooling == "none":
-      count = write_json_lines(FLAGS.output_file, batches, features, tokenizer, layer_indexes)
-    else:
-      count = write_npy(FLAGS.output_file, batches, len(features), len(layer_indexes),
-                        bert_config.hidden_size)
-  tf.logging.info("Wrote %d lines to %s", count, FLAGS.output_file)
+    count = write_outputs(batches, features, tokenizer, layer_indexes, json_path=json_path,
+                          pooled_path=pooled_path, hidden_size=bert_config.hidden_size)
+  tf.logging.info("Wrote %d lines to %s", count, " and ".join(paths))
 
 
 if __name__ == "__main__":

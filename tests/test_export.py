@@ -210,3 +210,43 @@ def test_the_newest_version_skips_numbered_directories_without_a_saved_model(tmp
   os.makedirs(os.path.join(empty, "1"))
   with pytest.raises(serving.UsageError, match="holds no SavedModel"):
     serving.newest_version_dir(empty)
+
+
+def saved_model_cli_command():
+  """TF's saved_model_cli of this interpreter's virtualenv, else its module."""
+  script = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+  if os.path.isfile(script):
+    return [script]
+  return [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
+
+
+def test_saved_model_cli_run_gives_the_probabilities_of_do_predict(model, tmp_path):
+  trained, export_dir = model
+  features = featurize(trained, trained.texts)
+  lengths = features.arrays["input_mask"].sum(axis=1)
+  # The shortest text, the longest (truncated) and one between: one batch cut to its longest.
+  rows = [int(np.argmin(lengths)), int(np.argmax(lengths))]
+  rows.append(int(np.argmin(np.abs(lengths - (lengths[rows[0]] + lengths[rows[1]]) // 2))))
+  assert len(set(lengths[rows])) == 3
+  longest = lengths[rows].max()
+  inputs_file = str(tmp_path / "inputs.npz")
+  np.savez(inputs_file, **{name: features.arrays[name][rows, :longest]
+                           for name in SIGNATURE_INPUTS})
+  outdir = str(tmp_path / "outputs")
+  # --inputs and --outdir (.npy files) rather than --input_exprs and parsing printed arrays:
+  # the printout is numpy's repr, which wraps and rounds.
+  result = subprocess.run(
+      saved_model_cli_command() + [
+          "run", "--dir", os.path.join(export_dir, "2"), "--tag_set", "serve",
+          "--signature_def", "serving_default", "--outdir", outdir,
+          "--inputs", ";".join("%s=%s[%s]" % (name, inputs_file, name)
+                               for name in SIGNATURE_INPUTS)],
+      env=cli.script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      encoding="utf-8", errors="replace", timeout=cli.RUN_TIMEOUT_SECONDS)
+  assert result.returncode == 0, result.stderr[-3000:]
+  probabilities = np.load(os.path.join(outdir, "probabilities.npy"))
+  np.testing.assert_allclose(probabilities, trained.probabilities[rows], atol=1e-5)
+  expected_ids = np.argmax(trained.probabilities[rows], axis=1)
+  np.testing.assert_array_equal(np.load(os.path.join(outdir, "label_id.npy")), expected_ids)
+  labels = np.load(os.path.join(outdir, "label.npy"), allow_pickle=True)  # strings: objects
+  assert [label.decode("utf-8") for label in labels] == [trained.labels[i] for i in expected_ids]

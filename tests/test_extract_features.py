@@ -5,7 +5,8 @@ The runs are subprocesses (tests/cli.py), started together in a module fixture. 
 outputs are checked against hand-written token lists, against BertModel run directly in
 this process on each line alone (no padding, no towers), and against each other: one
 tower against two, padding to the longest example against padding to max_seq_length,
-and the pooled .npy outputs against the JSON lines.
+the JSON lines of pooled runs against those of unpooled ones (byte for byte), and the
+pooled .npy files against both the JSON lines and the direct run's last layer.
 """
 
 import collections
@@ -150,30 +151,56 @@ def model(tmp_path_factory):
 
 
 # Good runs: name -> extra flags. Google's own flags (TPU ones included) are passed too.
+# Each writes <name>.jsonl; a pooled one by default also <name>.jsonl.<pooling>.npy. With
+# batches of 2 on one tower and 4 on two, the ninth line is a partial last batch.
 GOOD_RUNS = collections.OrderedDict([
     ("one_tower", {"n_gpus": 1}),
     ("two_towers", {"n_gpus": 2}),
     ("pad_to_max", {"n_gpus": 1, "batch_size": 3, "pad_to_max_seq_length": "true",
                     "use_one_hot_embeddings": "true", "use_tpu": "false", "master": "x",
                     "num_tpu_cores": 8, "do_lower_case": "true"}),
-    ("cls", {"n_gpus": 2, "pooling": "cls", "output_file": "cls.npy"}),
-    ("mean", {"n_gpus": 1, "batch_size": 4, "pooling": "mean", "output_file": "mean.npy"}),
+    ("cls", {"n_gpus": 1, "pooling": "cls"}),
+    ("mean", {"n_gpus": 1, "pooling": "mean"}),
+    # --layers without -1: the .npy still comes from the last layer. Its .jsonl exists
+    # before the run and must stay as it was.
+    ("cls_no_json", {"n_gpus": 2, "pooling": "cls", "write_json": "false", "layers": "1"}),
+    ("mean_two_towers", {"n_gpus": 2, "pooling": "mean",
+                         "pooled_output_file": os.path.join("new_dir", "vectors.npy")}),
 ])
+OLD_OUTPUT = u"old output\n"
+
+Run = collections.namedtuple("Run", ["output_file", "result", "pooled_file"])
 
 
 @pytest.fixture(scope="module")
 def good_runs(model):
   def start(name, flags):
-    output_file = os.path.join(model.directory, flags.pop("output_file", name + ".jsonl"))
-    return output_file, run_extract(model_flags(model, output_file, **flags))
+    output_file = os.path.join(model.directory, name + ".jsonl")
+    pooled_file = None
+    if flags.get("pooled_output_file"):
+      pooled_file = flags["pooled_output_file"] = os.path.join(
+          model.directory, flags["pooled_output_file"])
+    elif flags.get("pooling"):
+      pooled_file = "%s.%s.npy" % (output_file, flags["pooling"])
+    return Run(output_file, run_extract(model_flags(model, output_file, **flags)),
+               pooled_file)
 
+  write_text(os.path.join(model.directory, "cls_no_json.jsonl"), OLD_OUTPUT)
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     futures = collections.OrderedDict((name, pool.submit(start, name, dict(flags)))
                                       for name, flags in GOOD_RUNS.items())
     runs = {name: future.result() for name, future in futures.items()}
-  for name, (_, result) in runs.items():
-    cli.assert_succeeded(result)
+  for run in runs.values():
+    cli.assert_succeeded(run.result)
   return runs
+
+
+@pytest.fixture(scope="module")
+def direct(model):
+  """Every encoder layer of each line, computed alone in this process, unrounded."""
+  examples = [(token_ids(tokens), segment_ids(tokens, i in PAIR_LINES))
+              for i, (_, tokens) in enumerate(LINES)]
+  return examples, direct_layers(model.checkpoint, examples)
 
 
 def read_json_lines(path):
@@ -209,10 +236,8 @@ def test_json_lines_have_googles_keys_tokens_and_order(good_runs):
   assert u"\\u5317" in lines[3]  # 北, escaped as Google's json.dumps does
 
 
-def test_values_match_bert_run_directly_on_each_line(model, good_runs):
-  examples = [(token_ids(tokens), segment_ids(tokens, i in PAIR_LINES))
-              for i, (_, tokens) in enumerate(LINES)]
-  expected = direct_layers(model.checkpoint, examples)
+def test_values_match_bert_run_directly_on_each_line(model, good_runs, direct):
+  examples, expected = direct
   lines = read_json_lines(good_runs["one_tower"][0])
   for line, all_layers in zip(lines, expected):
     values = values_array(json.loads(line))
@@ -238,24 +263,99 @@ def test_towers_and_padding_do_not_change_the_output(good_runs, other):
                                atol=1e-5)
 
 
-def test_pooled_outputs_are_the_cls_and_mean_of_the_token_vectors(good_runs):
-  reference = [values_array(json.loads(line))
-               for line in read_json_lines(good_runs["one_tower"][0])]
-  cls = np.load(good_runs["cls"][0])
-  mean = np.load(good_runs["mean"][0])
-  assert cls.dtype == np.float32 and mean.dtype == np.float32
-  assert cls.shape == mean.shape == (len(LINES), len(LAYERS), CONFIG.hidden_size)
-  np.testing.assert_allclose(cls, [values[:, 0] for values in reference], rtol=0, atol=1e-5)
-  np.testing.assert_allclose(mean, [values.mean(axis=1) for values in reference], rtol=0,
-                             atol=1e-5)
+def read_bytes(path):
+  with open(path, "rb") as f:
+    return f.read()
+
+
+def load_pooled(run):
+  vectors = np.load(run.pooled_file)
+  assert vectors.dtype == np.float32
+  assert vectors.shape == (len(LINES), CONFIG.hidden_size)  # every line once, in order
+  return vectors
+
+
+@pytest.mark.parametrize("pooled, unpooled", [("cls", "one_tower"), ("mean", "one_tower"),
+                                              ("mean_two_towers", "two_towers")])
+def test_pooling_leaves_the_json_lines_byte_for_byte(good_runs, pooled, unpooled):
+  assert read_bytes(good_runs[pooled].output_file) == read_bytes(
+      good_runs[unpooled].output_file)
+
+
+@pytest.mark.parametrize("name", ["cls", "mean", "cls_no_json", "mean_two_towers"])
+def test_pooled_vectors_are_the_last_layers_cls_or_masked_mean(good_runs, direct, name):
+  vectors = load_pooled(good_runs[name])
+  # Each line alone, unpadded: every position is a real token, [CLS] and [SEP] included.
+  # Batched lines are padded, so a mean over the padding too would not match.
+  last_layer = [layers[-1] for layers in direct[1]]  # [tokens, hidden] each
+  if GOOD_RUNS[name]["pooling"] == "cls":
+    expected = [layer[0] for layer in last_layer]
+  else:
+    expected = [layer.mean(axis=0) for layer in last_layer]
+  np.testing.assert_allclose(vectors, expected, rtol=0, atol=1e-5)
+  if name != "cls_no_json":
+    # And from the run's own JSON (layer -1 is LAYERS[0]), rounded to 6 decimals.
+    records = [values_array(json.loads(line))[LAYERS.index(-1)]
+               for line in read_json_lines(good_runs[name].output_file)]
+    from_json = [(r[0] if GOOD_RUNS[name]["pooling"] == "cls" else r.mean(axis=0))
+                 for r in records]
+    np.testing.assert_allclose(vectors, from_json, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("two_towers, one_tower", [("cls_no_json", "cls"),
+                                                   ("mean_two_towers", "mean")])
+def test_two_towers_give_the_same_vectors(good_runs, two_towers, one_tower):
+  # Other batch shapes sum in another order: float32 ulps, as for the JSON values.
+  np.testing.assert_allclose(load_pooled(good_runs[two_towers]),
+                             load_pooled(good_runs[one_tower]), rtol=0, atol=1e-5)
+
+
+def test_write_json_false_writes_only_the_npy(model, good_runs):
+  run = good_runs["cls_no_json"]
+  with open(run.output_file, encoding="utf-8") as f:
+    assert f.read() == OLD_OUTPUT
+  assert sorted(name for name in os.listdir(model.directory)
+                if name.startswith("cls_no_json")) == ["cls_no_json.jsonl",
+                                                       "cls_no_json.jsonl.cls.npy"]
+
+
+def test_pool_masks_padding_and_survives_rows_with_no_token():
+  values = np.random.RandomState(5).randn(3, 4, 2).astype(np.float32)
+  mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]], np.int32)
+  with tf.Graph().as_default(), tf.Session() as sess:
+    cls, mean = sess.run([extract_features.pool(tf.constant(values), tf.constant(mask), p)
+                          for p in ("cls", "mean")])
+  np.testing.assert_array_equal(cls, values[:, 0])
+  np.testing.assert_allclose(mean[:2], [values[0, :3].mean(0), values[1].mean(0)],
+                             rtol=0, atol=1e-6)
+  np.testing.assert_array_equal(mean[2], [0.0, 0.0])  # a padding row: 0, not NaN
+
+
+def test_output_paths():
+  paths = extract_features.output_paths
+  assert paths("o.jsonl", "none", None, True) == ("o.jsonl", None)
+  assert paths("o.jsonl", "cls", None, True) == ("o.jsonl", "o.jsonl.cls.npy")
+  assert paths("o.jsonl", "mean", "", False) == (None, "o.jsonl.mean.npy")
+  assert paths(None, "mean", "v.npy", False) == (None, "v.npy")
+  assert paths("o.jsonl", "cls", "v.npy", True) == ("o.jsonl", "v.npy")
+  for args, fragment in [(("o.jsonl", "none", None, False), "--write_json=false"),
+                         (("o.jsonl", "none", "v.npy", True), "--pooled_output_file=v.npy"),
+                         (("o.jsonl", "cls", "o.jsonl", True), "is the --output_file"),
+                         ((None, "cls", None, True), "--output_file is required"),
+                         ((None, "none", None, True), "--output_file is required")]:
+    with pytest.raises(extract_features.UsageError, match=fragment):
+      paths(*args)
 
 
 def test_output_is_written_with_the_umask_and_no_temp_file_is_left(model, good_runs):
   mask = os.umask(0o022)
   os.umask(mask)
-  mode = os.stat(good_runs["one_tower"][0]).st_mode & 0o777
-  assert mode == 0o666 & ~mask, oct(mode)
-  assert [name for name in os.listdir(model.directory) if name.startswith(".tmp")] == []
+  for path in [good_runs["one_tower"].output_file, good_runs["cls"].pooled_file,
+               good_runs["mean_two_towers"].pooled_file]:
+    mode = os.stat(path).st_mode & 0o777
+    assert mode == 0o666 & ~mask, (path, oct(mode))
+  for directory in [model.directory, os.path.join(model.directory, "new_dir")]:
+    assert [name for name in os.listdir(directory) if name.startswith(".tmp")] == []
 
 
 def test_vectorised_rounding_gives_the_doubles_of_pythons_round():
@@ -288,17 +388,23 @@ def test_json_line_is_byte_for_byte_googles():
 # Bad input: one line, no traceback, no output file
 # ---------------------------------------------------------------------------
 
+# old_files: name -> text of the files in the output's directory before the run, which
+# must be all it holds after it, unchanged (none: the directory must not exist).
 BadCase = collections.namedtuple("BadCase", ["flags", "fragments", "output_file",
-                                             "file_size_limit"])
+                                             "file_size_limit", "old_files"])
 
 
 def make_bad_cases(model, root):
   cases = collections.OrderedDict()
 
-  def add(name, fragments, file_size_limit=None, **flags):
+  def add(name, fragments, file_size_limit=None, old_files=None, **flags):
     output_file = os.path.join(root, name, "out.jsonl")
     cases[name] = BadCase(model_flags(model, output_file, **flags), fragments, output_file,
-                          file_size_limit)
+                          file_size_limit, old_files or {})
+    if old_files:
+      os.makedirs(os.path.join(root, name))
+      for file_name, text in old_files.items():
+        write_text(os.path.join(root, name, file_name), text)
 
   os.makedirs(os.path.join(root, "inputs"))
   not_utf8 = os.path.join(root, "inputs", "gbk.txt")
@@ -326,10 +432,29 @@ def make_bad_cases(model, root):
                              json.dumps(dict(CONFIG.to_dict(), num_hidden_layers=4)))
   add("checkpoint_lacks_a_layer", ["lacks 16 of BERT's variables", "bert/encoder/layer_3/"],
       bert_config_file=deeper_config)
-  # The disk fills up while the output is written: the old file stays whole.
-  add("disk_full", ["cannot write", "File too large"], file_size_limit=4096)
-  os.makedirs(os.path.join(root, "disk_full"))
-  write_text(cases["disk_full"].output_file, u"old output\n")
+  add("write_json_without_pooling", ["--write_json=false", "--pooling=cls"],
+      write_json="false")
+  add("pooled_without_pooling", ["--pooled_output_file=", "needs --pooling"],
+      pooled_output_file=os.path.join(root, "inputs", "v.npy"))
+  add("pooled_is_the_output", ["--pooled_output_file=", "is the --output_file"],
+      pooling="cls", pooled_output_file=os.path.join(root, "pooled_is_the_output",
+                                                     "out.jsonl"))
+  add("pooled_is_a_directory", ["--pooled_output_file=" + os.path.join(root, "inputs"),
+                                "is a directory"],
+      pooling="mean", pooled_output_file=os.path.join(root, "inputs"))
+  # The disk fills up while the output is written: the old files stay whole.
+  add("disk_full", ["cannot write", "File too large"], file_size_limit=4096,
+      old_files={"out.jsonl": OLD_OUTPUT})
+  # The JSON fills it (the .npy is under 1 kB): neither file is replaced, the JSON named.
+  add("disk_full_pooled", ["cannot write " + os.path.join(root, "disk_full_pooled",
+                                                         "out.jsonl "), "File too large"],
+      file_size_limit=4096, pooling="cls",
+      old_files={"out.jsonl": OLD_OUTPUT, "out.jsonl.cls.npy": u"old vectors\n"})
+  # The .npy alone: 128 bytes of header and 64 per line.
+  add("disk_full_npy", ["cannot write " + os.path.join(root, "disk_full_npy",
+                                                      "out.jsonl.mean.npy"), "File too large"],
+      file_size_limit=300, pooling="mean", write_json="false",
+      old_files={"out.jsonl.mean.npy": u"old vectors\n"})
   return cases
 
 
@@ -346,14 +471,17 @@ def bad_runs(model, tmp_path_factory):
 @pytest.mark.parametrize("name", [
     "not_utf8", "empty_input", "layer_out_of_range", "layer_too_negative",
     "layer_not_a_number", "missing_input", "missing_vocab", "missing_checkpoint", "use_tpu",
-    "zero_batch", "config_not_the_checkpoints", "checkpoint_lacks_a_layer", "disk_full"])
+    "zero_batch", "config_not_the_checkpoints", "checkpoint_lacks_a_layer",
+    "write_json_without_pooling", "pooled_without_pooling", "pooled_is_the_output",
+    "pooled_is_a_directory", "disk_full", "disk_full_pooled", "disk_full_npy"])
 def test_bad_input_stops_with_one_error_line_and_no_output(bad_runs, name):
   case, result = bad_runs[name]
   cli.assert_one_line_error(result, *case.fragments)
   directory = os.path.dirname(case.output_file)
-  if name == "disk_full":
-    with open(case.output_file, encoding="utf-8") as f:
-      assert f.read() == u"old output\n"
-    assert os.listdir(directory) == ["out.jsonl"]
+  if case.old_files:
+    assert sorted(os.listdir(directory)) == sorted(case.old_files)  # no temp file left
+    for file_name, text in case.old_files.items():
+      with open(os.path.join(directory, file_name), encoding="utf-8") as f:
+        assert f.read() == text
   else:
     assert not os.path.exists(directory)
