@@ -948,9 +948,19 @@ def _training_session(config, plan):
     cluster.wait_for_peers(config.cluster, config.worker_startup_timeout_secs)
   except cluster.ClusterError as e:
     raise UsageError(str(e))
-  with tf.Session(server.target, config=plan.session_config()) as sess, \
-      cluster.PeerWatchdog(config.cluster, config.worker_timeout_secs) as watchdog:
+  sess = tf.Session(server.target, config=plan.session_config())
+  with cluster.PeerWatchdog(config.cluster, config.worker_timeout_secs) as watchdog:
     yield sess, watchdog
+  if tf.__version__.startswith("1."):
+    # TF 1.15's close waits forever for a peer that has left (docs/FORMATS.md 9): the
+    # session stays open until the process exits, which does not wait.
+    _SESSIONS_LEFT_OPEN.append(sess)
+  else:
+    sess.close()
+
+
+# Training sessions that must not be closed (nor garbage-collected, which closes them).
+_SESSIONS_LEFT_OPEN = []
 
 
 def _worker_lost(error, watchdog):

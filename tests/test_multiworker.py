@@ -63,9 +63,10 @@ def training_flags(setup, output_dir, **overrides):
 
 
 def worker_flags(setup, output_dir, hosts, index, **overrides):
-  return training_flags(setup, output_dir, n_gpus=1, variable_update="replicated",
-                        worker_hosts=",".join(hosts), task_index=index,
-                        worker_timeout_secs=5, **overrides)
+  flags = dict(n_gpus=1, variable_update="replicated", worker_hosts=",".join(hosts),
+               task_index=index, worker_timeout_secs=5)
+  flags.update(overrides)
+  return training_flags(setup, output_dir, **flags)
 
 
 @contextlib.contextmanager
@@ -197,3 +198,44 @@ def test_the_local_try_out_script_runs_two_workers(tmp_path):
   assert "worker 1 wrote nothing to its --output_dir" in result.stdout
   assert tf.train.latest_checkpoint(os.path.join(out, "model")).endswith("model.ckpt-100")
   assert not os.path.exists(os.path.join(out, "worker1_output"))
+
+
+# Runs a repo script with tf.train.Saver.save slowed down by SLOW_SAVE_SECS (a slow disk, or
+# BERT-large's checkpoint on a network file system).
+SLOW_SAVE = """
+import os, runpy, sys, time
+import tensorflow.compat.v1 as tf
+save = tf.train.Saver.save
+def slow_save(self, *args, **kwargs):
+  time.sleep(float(os.environ["SLOW_SAVE_SECS"]))
+  return save(self, *args, **kwargs)
+tf.train.Saver.save = slow_save
+script = os.path.join(os.environ["REPO_DIR"], "run_classifier_mgpu.py")
+sys.path.insert(0, os.environ["REPO_DIR"])
+sys.argv = [script] + sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def test_a_slow_preemption_save_is_not_cut_short_by_the_watchdog(setup, tmp_path, monkeypatch):
+  # The other worker leaves right after the agreed stop; the chief's save takes 3 times
+  # --worker_timeout_secs. The watchdog must be off by then, or it would end the chief.
+  wrapper = tmp_path / "slow_save.py"
+  wrapper.write_text(SLOW_SAVE)
+  monkeypatch.setenv("SLOW_SAVE_SECS", "6")
+  monkeypatch.setenv("REPO_DIR", cli.REPO_DIR)
+  hosts = ["127.0.0.1:%d" % p for p in free_ports(2)]
+  chief_dir = str(tmp_path / "chief")
+  flags = dict(num_train_epochs=200, save_checkpoints_steps=1000, worker_timeout_secs=2)
+  with cli.RunningScript(str(wrapper), flag_list(worker_flags(setup, chief_dir, hosts, 0,
+                                                              **flags)),
+                         str(tmp_path / "chief.log")) as chief, \
+      cli.RunningScript("run_classifier_mgpu.py",
+                        flag_list(worker_flags(setup, str(tmp_path / "o"), hosts, 1, **flags)),
+                        str(tmp_path / "other.log")) as other:
+    chief.wait_for(lambda: "step 2/" in chief.stderr(), "training")
+    other.signal(signal.SIGTERM)
+    assert other.wait() == 128 + signal.SIGTERM, other.stderr()[-3000:]
+    assert chief.wait() == 128 + signal.SIGTERM, chief.stderr()[-3000:]
+  assert "cannot be reached" not in chief.stderr()
+  assert tf.train.latest_checkpoint(chief_dir) is not None
