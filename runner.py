@@ -1114,7 +1114,7 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
         run_collective(start_sync)
       if run_collective(votes, {vote: float(finished)}):
         return latest  # the chief found nothing to train (several workers)
-      step = start_step = int(sess.run(ops.global_step))
+      step = int(sess.run(ops.global_step))  # the chief's, on every worker
       sess.run(train_iterator.initializer, {skip_batches: _batches_consumed(sess, ops, config)})
       writer = eval_writer = None
       if config.is_chief:

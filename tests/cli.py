@@ -69,6 +69,11 @@ class RunningScript(object):
       assert time.time() < self.deadline, "%s did not happen in time" % what
       time.sleep(0.02)
 
+  def outcome(self, returncode):
+    """A CompletedProcess of the ended script (its exit code and stderr), for the asserts
+    below."""
+    return subprocess.CompletedProcess(self.process.args, returncode, "", self.stderr())
+
   def signal(self, signum):
     os.kill(self.process.pid, signum)
 

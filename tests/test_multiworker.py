@@ -132,8 +132,7 @@ def test_a_killed_worker_is_named_by_the_other_within_the_bound(setup, tmp_path)
     killed_at = time.time()
     code = chief.wait()
     elapsed = time.time() - killed_at
-  result = type("Result", (), {"returncode": code, "stderr": chief.stderr(), "stdout": ""})
-  assert_one_line_error(result, "worker 1 (%s)" % hosts[1])
+  assert_one_line_error(chief.outcome(code), "worker 1 (%s)" % hosts[1])
   assert elapsed < 5 + 30, elapsed  # --worker_timeout_secs=5, plus probing and exit
 
 
@@ -183,8 +182,8 @@ def test_workers_with_different_flags_stop_with_one_line_instead_of_hanging(setu
     codes = [run.wait() for run in runs]
   expected = ["the chief has 4, 1 other worker(s) differ", "the chief has 4, this worker 5"]
   for run, code, detail in zip(runs, codes, expected):
-    result = type("Result", (), {"returncode": code, "stderr": run.stderr(), "stdout": ""})
-    assert_one_line_error(result, "the workers disagree on save_checkpoints_steps (" + detail)
+    assert_one_line_error(run.outcome(code),
+                          "the workers disagree on save_checkpoints_steps (" + detail)
 
 
 def test_the_local_try_out_script_runs_two_workers(tmp_path):
