@@ -38,10 +38,11 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+import processes
 import tfrecord_io
-import runner
 import tokenization
-from runner import UsageError, atomic_write_text
+from errors import UsageError, write_error
+from output_files import atomic_write_text
 from text_files import (DuplicateKeyError, find_surrogate, line_error, parse_json,  # pylint: disable=g-multiple-import
                         read_text_file)
 
@@ -834,20 +835,12 @@ def resolve_label_list(processor, data_dir, output_dir, do_train):
   return labels
 
 
-def _write_error(path, error):
-  """The UsageError for an OSError raised while writing `path` (disk full, a directory
-  in the way, permissions)."""
-  reason = getattr(error, "strerror", None) or str(error)
-  return UsageError("cannot write %s (%s); free some space, fix the permissions, or remove "
-                    "what is in the way" % (path, reason))
-
-
 def _make_dirs(directory):
   try:
     if not os.path.isdir(directory):
       os.makedirs(directory)
   except OSError as e:
-    raise _write_error(directory, e)
+    raise write_error(directory, e)
 
 
 def write_label_list(output_dir, labels):
@@ -861,7 +854,7 @@ def write_label_list(output_dir, labels):
   try:
     atomic_write_text(saved_path, "".join(label + "\n" for label in labels))
   except OSError as e:
-    raise _write_error(saved_path, e)
+    raise write_error(saved_path, e)
   _LOGGER.info("label list (%d labels) written to %s", len(labels), saved_path)
 
 
@@ -999,10 +992,10 @@ def _check_vocab(vocab_file):
     tokens = tokenization.load_vocab(vocab_file)  # the tokenizer's own reading of it
   except ValueError as e:
     raise UsageError(str(e))
-  for token in ("[CLS]", "[SEP]", "[UNK]"):
-    if token not in tokens:
-      raise UsageError("%s: the vocab has no %s token; use the vocab.txt that came with the "
-                       "checkpoint" % (vocab_file, token))
+  missing = tokenization.missing_special_token(tokens)
+  if missing:
+    raise UsageError("%s: the vocab has no %s token; use the vocab.txt that came with the "
+                     "checkpoint" % (vocab_file, missing))
 
 
 def _check_max_seq_length(max_seq_length):
@@ -1014,7 +1007,7 @@ def _check_max_seq_length(max_seq_length):
 def check_featurizing_inputs(max_seq_length, vocab_file):
   """The checks write_features makes before featurizing, for a script to make first.
 
-  run_classifier_mgpu.py should call it before runner.lock_output_dir(), so that a
+  run_classifier_mgpu.py calls it before claiming output_dir, so that a
   too small --max_seq_length or a vocab without [CLS]/[SEP]/[UNK] creates no output_dir.
 
   Raises:
@@ -1101,14 +1094,63 @@ def _chunks(items, size):
     yield items[start:start + size]
 
 
-def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_case,
-                   output_file, num_workers=None, pool_threshold=POOL_THRESHOLD):
-  """Featurizes examples into a TFRecord file, written through a temp file and a rename.
+class FeaturizingPool(object):
+  """The processes that featurize a run's splits, forked once.
 
-  Inputs of `pool_threshold` examples or more are tokenized by a pool of
-  `num_workers` processes (the tokenizer is built once per worker, examples
-  travel in chunks, records come back in input order); smaller ones in this
-  process. Both give byte-identical files.
+  run_classifier_mgpu.py makes it in main() before the device check: forking after
+  TensorFlow has started its GPU runtime (and its threads) is not safe. Each worker builds
+  its tokenizer once; examples travel in chunks and come back in input order. With one
+  worker, or when no split is large enough to gain from processes, no process is forked
+  and featurizing runs here; both give byte-identical files.
+
+  A context manager: leaving it ends the workers.
+  """
+
+  def __init__(self, vocab_file, do_lower_case, label_list, max_seq_length, num_workers=None,
+               largest_split=None, pool_threshold=POOL_THRESHOLD):
+    """Args:
+      vocab_file, do_lower_case, label_list, max_seq_length: as in write_features.
+      num_workers: worker processes; None: one per available CPU.
+      largest_split: the most examples a split will have (None: unknown, fork anyway).
+      pool_threshold: smallest number of examples that uses the processes.
+    """
+    label_map = dict((label, index) for index, label in enumerate(label_list))
+    self.init_args = (vocab_file, do_lower_case, label_map, max_seq_length)
+    self.num_workers = num_workers or processes.available_cpus()
+    self.pool_threshold = max(pool_threshold, 1)
+    self._pool = None
+    if self.num_workers > 1 and (largest_split is None or largest_split >= self.pool_threshold):
+      self._pool = multiprocessing.Pool(self.num_workers, initializer=_init_featurizer,
+                                        initargs=self.init_args)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc):
+    self.close()
+
+  def close(self):
+    if self._pool is not None:
+      self._pool.terminate()
+      self._pool.join()
+      self._pool = None
+
+  def uses_processes(self, num_examples):
+    return self._pool is not None and num_examples >= self.pool_threshold
+
+  def featurize(self, examples):
+    """Yields (serialized records, number truncated) per chunk of `examples`, in order."""
+    if self.uses_processes(len(examples)):
+      # Chunks: big enough to amortize pickling, small enough to balance the workers.
+      chunk_size = max(1, min(512, len(examples) // (8 * self.num_workers)))
+      return self._pool.imap(_featurize_chunk, _chunks(examples, chunk_size))
+    _init_featurizer(*self.init_args)
+    return (_featurize_chunk(chunk) for chunk in _chunks(examples, 512))
+
+
+def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_case,
+                   output_file, num_workers=None, pool_threshold=POOL_THRESHOLD, pool=None):
+  """Featurizes examples into a TFRecord file, written through a temp file and a rename.
 
   Args:
     examples: list of InputExample.
@@ -1117,27 +1159,31 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
     vocab_file: the WordPiece vocab.
     do_lower_case: whether the tokenizer lower-cases.
     output_file: the TFRecord file to write.
-    num_workers: worker processes; None: one per available CPU.
-    pool_threshold: smallest number of examples that uses the pool.
+    num_workers, pool_threshold: for a FeaturizingPool made for this call alone.
+    pool: a FeaturizingPool made with the same vocab, labels and max_seq_length; None
+      makes one for this call.
 
   Returns:
     The number of records written.
 
   Raises:
-    UsageError: unknown label, unusable vocab or too small max_seq_length.
+    UsageError: unknown label, unusable vocab, too small max_seq_length, or a refused write.
   """
   _check_max_seq_length(max_seq_length)
   _check_vocab(vocab_file)
   check_labels(examples, label_list)
-  label_map = dict((label, index) for index, label in enumerate(label_list))
-  init_args = (vocab_file, do_lower_case, label_map, max_seq_length)
-  if num_workers is None:
-    num_workers = runner.available_cpus()
-  use_pool = num_workers > 1 and len(examples) >= max(pool_threshold, 1)
-  # Chunks: big enough to amortize pickling, small enough to balance the workers.
-  chunk_size = max(1, min(512, len(examples) // (8 * num_workers))) if use_pool else 512
-  what = "featurizing %s" % os.path.basename(output_file)
+  if pool is not None:
+    return _write_features_with(pool, examples, max_seq_length, output_file)
+  with FeaturizingPool(vocab_file, do_lower_case, label_list, max_seq_length, num_workers,
+                       len(examples), pool_threshold) as own_pool:
+    return _write_features_with(own_pool, examples, max_seq_length, output_file)
 
+
+def _write_features_with(pool, examples, max_seq_length, output_file):
+  """write_features() through a FeaturizingPool."""
+  what = "featurizing %s" % os.path.basename(output_file)
+  if pool.uses_processes(len(examples)):
+    _LOGGER.info("%s: %d examples with %d processes", what, len(examples), pool.num_workers)
   progress = _Progress(len(examples), what)
   num_truncated = [0]
 
@@ -1150,21 +1196,10 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
       num_truncated[0] += chunk_truncated
       progress.update(num_done)
 
-  pool = None
   try:
-    if use_pool:
-      _LOGGER.info("%s: %d examples with %d processes", what, len(examples), num_workers)
-      pool = multiprocessing.Pool(num_workers, initializer=_init_featurizer, initargs=init_args)
-      record_chunks = pool.imap(_featurize_chunk, _chunks(examples, chunk_size))
-    else:
-      _init_featurizer(*init_args)
-      record_chunks = (_featurize_chunk(chunk) for chunk in _chunks(examples, chunk_size))
-    num_written = tfrecord_io.write_records_atomically(output_file,
-                                                  serialized_records(record_chunks))
+    num_written = tfrecord_io.write_records_atomically(
+        output_file, serialized_records(pool.featurize(examples)))
   finally:
-    if pool is not None:
-      pool.terminate()
-      pool.join()
     _FEATURIZER.clear()
   num_truncated = num_truncated[0]
   _LOGGER.info("%s: wrote %d records to %s in %.1fs; %d examples (%.1f%%) were longer than "
@@ -1243,7 +1278,7 @@ def _remove_stale_caches(output_dir, split, keep_names):
 
 def cached_features(split, examples_file_paths, examples, label_list, max_seq_length,
                     vocab_file, do_lower_case, task_name, output_dir, num_workers=None,
-                    pool_threshold=POOL_THRESHOLD):
+                    pool_threshold=POOL_THRESHOLD, pool=None):
   """Returns the TFRecord file of a split, featurizing only when no valid cache exists.
 
   The cache is output_dir/<split>-<key>.tf_record, with <split>-<key>.json next to
@@ -1260,7 +1295,7 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
     label_list, max_seq_length, vocab_file, do_lower_case: as in write_features.
     task_name: the task (part of the key).
     output_dir: where the cache lives (created if needed).
-    num_workers, pool_threshold: as in write_features.
+    num_workers, pool_threshold, pool: as in write_features.
 
   Returns:
     (tfrecord_path, num_examples).
@@ -1283,10 +1318,10 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
     if os.path.lexists(info_path):
       os.remove(info_path)
   except OSError as e:
-    raise _write_error(info_path, e)
+    raise write_error(info_path, e)
   num_examples = write_features(examples, label_list, max_seq_length, vocab_file,
                                 do_lower_case, record_path, num_workers=num_workers,
-                                pool_threshold=pool_threshold)
+                                pool_threshold=pool_threshold, pool=pool)
   info = {
       "key": key,
       "num_examples": num_examples,
@@ -1303,6 +1338,6 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
   try:
     atomic_write_text(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
   except OSError as e:
-    raise _write_error(info_path, e)
+    raise write_error(info_path, e)
   _remove_stale_caches(output_dir, split, (base_name + ".tf_record", base_name + ".json"))
   return record_path, num_examples

@@ -81,10 +81,10 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+import processes
 import tfrecord_io
-import runner
 import tokenization
-from runner import UsageError
+from errors import UsageError
 
 # Instances whose tokens are logged, as Google's script does for its first ones.
 _NUM_INSTANCES_TO_LOG = 3
@@ -95,6 +95,47 @@ DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
 # How often the main process looks at the workers' progress counters.
 _POLL_SECONDS = 0.5
 CHINESE_SEGMENTERS = ("jieba",)
+
+
+class DataSettings(collections.namedtuple("DataSettings", [
+    "input_file", "output_file", "vocab_file", "do_lower_case", "do_whole_word_mask",
+    "max_seq_length", "max_predictions_per_seq", "random_seed", "dupe_factor",
+    "masked_lm_prob", "short_seq_prob", "num_workers", "docs_per_chunk",
+    "chinese_segmenter"], defaults=(
+        True, False, 128, 20, 12345, 10, 0.15, 0.1, 1, DEFAULT_DOCS_PER_CHUNK, ""))):
+  """What a run reads, writes and how: the flags of the same names (`define_flags`).
+
+  Built from the flags by `data_settings_from_flags`; in code, e.g.
+  `DataSettings(input_file=..., output_file=..., vocab_file=..., dupe_factor=5)`.
+  The defaults are Google's, and those of the flags, except num_workers.
+
+  Attributes:
+    input_file: str, comma-separated globs of text files.
+    output_file: str, comma-separated TFRecord paths, written round-robin.
+    vocab_file: str, vocab.txt.
+    do_lower_case: bool (True).
+    do_whole_word_mask: bool (False), mask whole words.
+    max_seq_length: int (128), tokens per instance with [CLS] and two [SEP]s.
+    max_predictions_per_seq: int (20), the most masked-LM predictions per instance.
+    random_seed: int (12345).
+    dupe_factor: int (10), passes over the documents, each with different masks.
+    masked_lm_prob: float (0.15), share of the tokens to predict.
+    short_seq_prob: float (0.1), share of instances that aim for a random
+      shorter length.
+    num_workers: int, processes that tokenize and create instances; 0 means one
+      per CPU core (the flag's default). With 1 (the default here) the
+      instances come from one random stream as in Google's script.
+    docs_per_chunk: int (DEFAULT_DOCS_PER_CHUNK), documents held in memory at a
+      time; 0 means all.
+    chinese_segmenter: str, "" (Chinese words are delimited by spaces) or
+      "jieba".
+  """
+  __slots__ = ()
+
+
+def data_settings_from_flags(flag_values):
+  """Returns the DataSettings of the flags that `define_flags` defines (same names)."""
+  return DataSettings(**{name: getattr(flag_values, name) for name in DataSettings._fields})
 
 
 class WordContinuation(str):
@@ -730,10 +771,17 @@ class ProgressLog(object):
       self._log_function("%s", self.message(now))
 
 
-# What every worker process needs besides the documents.
+# What every worker process needs besides the documents: a subset of DataSettings.
 InstanceSettings = collections.namedtuple("InstanceSettings", [
     "max_seq_length", "short_seq_prob", "masked_lm_prob", "max_predictions_per_seq",
     "dupe_factor", "do_whole_word_mask", "random_seed", "chinese_segmenter"])
+
+
+def instance_settings(settings):
+  """Returns the InstanceSettings of a DataSettings (chinese_segmenter None becomes "")."""
+  values = {name: getattr(settings, name) for name in InstanceSettings._fields}
+  values["chinese_segmenter"] = values["chinese_segmenter"] or ""
+  return InstanceSettings(**values)
 # The state of a worker process, set by `_init_worker`.
 _WORKER_STATE = {}
 
@@ -810,21 +858,6 @@ class StopOnSignals(object):
     raise Terminated()
 
 
-def _die_with_parent(parent_pid):
-  """Asks Linux to end this worker when its parent dies (e.g. killed by the OOM killer), so
-  no orphan keeps the cores busy; ends it now if the parent is already gone. Elsewhere a
-  no-op."""
-  try:
-    import ctypes  # pylint: disable=g-import-not-at-top
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-  except (ImportError, OSError):
-    return
-  pr_set_pdeathsig = 1
-  libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-  if os.getppid() != parent_pid:  # the parent died before the prctl
-    os._exit(1)  # pylint: disable=protected-access
-
-
 def _init_worker(state, parent_pid):
   """Pool initializer: keeps `state` (documents, tokenizer, settings, counters).
 
@@ -839,7 +872,7 @@ def _init_worker(state, parent_pid):
   """
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
-  _die_with_parent(parent_pid)
+  processes.die_with_parent(parent_pid)
   _WORKER_STATE.clear()
   _WORKER_STATE.update(state)
   _WORKER_STATE["segment"] = load_chinese_segmenter(state["settings"].chinese_segmenter)
@@ -1065,74 +1098,56 @@ def create_chunk_records(documents, chunk_index, tokenizer, settings, num_worker
   return records, without_instances, logged
 
 
-def check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_lm_prob,
-                   short_seq_prob, num_workers=1, docs_per_chunk=DEFAULT_DOCS_PER_CHUNK,
-                   chinese_segmenter="", do_whole_word_mask=False):
-  """Raises UsageError for settings the algorithm cannot work with."""
-  if max_seq_length < 5:
-    raise UsageError("--max_seq_length=%d: it must be at least 5 ([CLS], [SEP], [SEP] and one "
-                     "token of each segment)." % max_seq_length)
-  if max_predictions_per_seq < 1:
-    raise UsageError("--max_predictions_per_seq=%d: it must be at least 1."
-                     % max_predictions_per_seq)
-  if dupe_factor < 1:
-    raise UsageError("--dupe_factor=%d: it must be at least 1." % dupe_factor)
-  if not 0.0 < masked_lm_prob <= 1.0:
-    raise UsageError("--masked_lm_prob=%s: it must be in (0, 1]." % masked_lm_prob)
-  if not 0.0 <= short_seq_prob <= 1.0:
-    raise UsageError("--short_seq_prob=%s: it must be in [0, 1]." % short_seq_prob)
-  if num_workers < 0:
-    raise UsageError("--num_workers=%d: give 0 (one per CPU core) or a positive number."
-                     % num_workers)
-  if docs_per_chunk < 0 or docs_per_chunk == 1:
-    raise UsageError("--docs_per_chunk=%d: give 2 or more documents (random next sentences "
-                     "come from the other documents of a chunk), or 0 to hold the whole "
-                     "corpus in memory." % docs_per_chunk)
-  if chinese_segmenter and not do_whole_word_mask:
-    raise UsageError("--chinese_segmenter=%s only changes whole-word masking: add "
-                     "--do_whole_word_mask, or drop --chinese_segmenter." % chinese_segmenter)
-
-
-def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=True,
-                            do_whole_word_mask=False, max_seq_length=128,
-                            max_predictions_per_seq=20, random_seed=12345, dupe_factor=10,
-                            masked_lm_prob=0.15, short_seq_prob=0.1, num_workers=1,
-                            docs_per_chunk=DEFAULT_DOCS_PER_CHUNK, chinese_segmenter="",
-                            progress_interval_seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS,
-                            stop_signals=None):
-  """Reads text files and writes pre-training TFRecord files (the whole script).
+def check_settings(settings):
+  """Raises UsageError for settings the algorithm cannot work with.
 
   Args:
-    input_file: str, comma-separated globs of text files.
-    output_file: str, comma-separated TFRecord paths, written round-robin.
-    vocab_file: str, vocab.txt.
-    num_workers: int, processes that tokenize and create instances; 0 means one
-      per CPU core. With 1 the instances come from one random stream as in
-      Google's script.
-    docs_per_chunk: int, documents held in memory at a time; 0 means all.
-    chinese_segmenter: "" (Chinese words are delimited by spaces) or "jieba".
-    progress_interval_seconds: float, the least time between two progress lines.
-    stop_signals: None, or the StopOnSignals installed around the call; once the
-      output files are being renamed (or a failure cleaned up), a signal no
-      longer stops the run.
-    The others: as the flags of the same names.
+    settings: DataSettings; its numbers, num_workers, docs_per_chunk and
+      chinese_segmenter are checked, not its files.
+  """
+  if settings.max_seq_length < 5:
+    raise UsageError("--max_seq_length=%d: it must be at least 5 ([CLS], [SEP], [SEP] and one "
+                     "token of each segment)." % settings.max_seq_length)
+  if settings.max_predictions_per_seq < 1:
+    raise UsageError("--max_predictions_per_seq=%d: it must be at least 1."
+                     % settings.max_predictions_per_seq)
+  if settings.dupe_factor < 1:
+    raise UsageError("--dupe_factor=%d: it must be at least 1." % settings.dupe_factor)
+  if not 0.0 < settings.masked_lm_prob <= 1.0:
+    raise UsageError("--masked_lm_prob=%s: it must be in (0, 1]." % settings.masked_lm_prob)
+  if not 0.0 <= settings.short_seq_prob <= 1.0:
+    raise UsageError("--short_seq_prob=%s: it must be in [0, 1]." % settings.short_seq_prob)
+  if settings.num_workers < 0:
+    raise UsageError("--num_workers=%d: give 0 (one per CPU core) or a positive number."
+                     % settings.num_workers)
+  if settings.docs_per_chunk < 0 or settings.docs_per_chunk == 1:
+    raise UsageError("--docs_per_chunk=%d: give 2 or more documents (random next sentences "
+                     "come from the other documents of a chunk), or 0 to hold the whole "
+                     "corpus in memory." % settings.docs_per_chunk)
+  if settings.chinese_segmenter and not settings.do_whole_word_mask:
+    raise UsageError("--chinese_segmenter=%s only changes whole-word masking: add "
+                     "--do_whole_word_mask, or drop --chinese_segmenter."
+                     % settings.chinese_segmenter)
+
+
+def _check_files(settings):
+  """Checks the vocab and output paths, finds the input files and makes the output directories.
+
+  Args:
+    settings: DataSettings.
 
   Returns:
-    CorpusStats.
+    (list of input paths, list of output paths).
 
   Raises:
-    UsageError: a missing file, bad settings, a missing segmenter or a corpus
-      without documents.
+    UsageError: no vocab file, no input file, no output path, an output path
+      given twice or one that is a directory.
   """
-  check_settings(max_seq_length, max_predictions_per_seq, dupe_factor, masked_lm_prob,
-                 short_seq_prob, num_workers, docs_per_chunk, chinese_segmenter,
-                 do_whole_word_mask)
-  segment = load_chinese_segmenter(chinese_segmenter)
-  if not vocab_file or not tf.gfile.Exists(vocab_file):
+  if not settings.vocab_file or not tf.gfile.Exists(settings.vocab_file):
     raise UsageError("--vocab_file=%s: no such file. Give the vocab.txt of the model."
-                     % vocab_file)
-  input_files = tfrecord_io.expand_input_files(input_file)
-  output_files = [p.strip() for p in (output_file or "").split(",") if p.strip()]
+                     % settings.vocab_file)
+  input_files = tfrecord_io.expand_input_files(settings.input_file)
+  output_files = [p.strip() for p in (settings.output_file or "").split(",") if p.strip()]
   if not output_files:
     raise UsageError("--output_file is empty: give one or more TFRecord paths "
                      "(comma-separated).")
@@ -1148,19 +1163,61 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     directory = os.path.dirname(path)
     if directory and not tf.gfile.IsDirectory(directory):
       tf.gfile.MakeDirs(directory)
+  return input_files, output_files
+
+
+def _load_tokenizer(settings):
+  """Returns the FullTokenizer of settings.vocab_file; UsageError if it is not a BERT vocab."""
   try:
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+    tokenizer = tokenization.FullTokenizer(settings.vocab_file,
+                                           do_lower_case=settings.do_lower_case)
   except ValueError as e:
     raise UsageError(str(e))
-  for special in ("[CLS]", "[SEP]", "[MASK]"):
-    if special not in tokenizer.vocab:
-      raise UsageError("--vocab_file=%s has no %s token: use the vocab.txt of a BERT model."
-                       % (vocab_file, special))
+  missing = tokenization.missing_special_token(tokenizer.vocab, ("[CLS]", "[SEP]", "[MASK]"))
+  if missing:
+    raise UsageError("--vocab_file=%s has no %s token: use the vocab.txt of a BERT model."
+                     % (settings.vocab_file, missing))
+  return tokenizer
 
-  num_workers = num_workers or runner.available_cpus()
-  settings = InstanceSettings(max_seq_length, short_seq_prob, masked_lm_prob,
-                              max_predictions_per_seq, dupe_factor, do_whole_word_mask,
-                              random_seed, chinese_segmenter or "")
+
+def _log_summary(stats, progress, output_files, counts):
+  """Logs the end of a run: the last progress line, the output files and the counts."""
+  tf.logging.info("%s", progress.message(time.time()))
+  tf.logging.info("*** Wrote %d output file(s) ***", len(output_files))
+  for path, count in zip(output_files, counts):
+    tf.logging.info("  %s: %d instances", path, count)
+  tf.logging.info("documents: %d, documents without tokens (dropped): %d, documents that "
+                  "gave no instance: %d, instances: %d, non-UTF-8 lines skipped: %d, "
+                  "chunks: %d", stats.documents, stats.empty_documents,
+                  stats.documents_without_instances, stats.instances, stats.skipped_lines,
+                  stats.chunks)
+
+
+def create_pretraining_data(settings, stop_signals=None,
+                            progress_interval_seconds=DEFAULT_PROGRESS_INTERVAL_SECONDS):
+  """Reads text files and writes pre-training TFRecord files (the whole script).
+
+  Args:
+    settings: DataSettings: the files and the flags of the run.
+    stop_signals: None, or the StopOnSignals installed around the call; once the
+      output files are being renamed (or a failure cleaned up), a signal no
+      longer stops the run.
+    progress_interval_seconds: float, the least time between two progress lines.
+
+  Returns:
+    CorpusStats.
+
+  Raises:
+    UsageError: a missing file, bad settings, a missing segmenter or a corpus
+      without documents.
+  """
+  check_settings(settings)
+  segment = load_chinese_segmenter(settings.chinese_segmenter)
+  input_files, output_files = _check_files(settings)
+  tokenizer = _load_tokenizer(settings)
+
+  num_workers = settings.num_workers or processes.available_cpus()
+  per_instance = instance_settings(settings)
   if "fork" in multiprocessing.get_all_start_methods():
     context = multiprocessing.get_context("fork")
   else:
@@ -1168,7 +1225,7 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
   total_bytes = sum(tf.gfile.Stat(path).length for path in input_files)
   tf.logging.info("*** Reading %s from %d input file(s), %s documents per chunk, %d "
                   "worker process(es) ***", _format_bytes(total_bytes), len(input_files),
-                  docs_per_chunk or "all", num_workers)
+                  settings.docs_per_chunk or "all", num_workers)
   for path in input_files:
     tf.logging.info("  %s", path)
 
@@ -1176,13 +1233,14 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
   progress = ProgressLog(total_bytes, progress_interval_seconds)
   # One stream for the whole run: with one chunk and one worker it is used
   # exactly as in Google's script.
-  rng = random.Random(random_seed)
+  rng = random.Random(settings.random_seed)
   writer = RoundRobinRecordWriter(output_files)
   num_logged = 0
   try:
     raw_documents = read_raw_documents(input_files, stats, progress)
-    for chunk_index, raw_chunk in enumerate(iter_chunks(raw_documents, docs_per_chunk)):
-      tokenized = tokenize_chunk(raw_chunk, tokenizer, settings, segment, num_workers,
+    for chunk_index, raw_chunk in enumerate(iter_chunks(raw_documents,
+                                                        settings.docs_per_chunk)):
+      tokenized = tokenize_chunk(raw_chunk, tokenizer, per_instance, segment, num_workers,
                                  context, progress)
       documents = [document for document in tokenized if document]
       stats.empty_documents += len(tokenized) - len(documents)
@@ -1193,8 +1251,8 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
       stats.documents += len(documents)
       stats.chunks += 1
       records, without_instances, logged = create_chunk_records(
-          documents, chunk_index, tokenizer, settings, num_workers, rng, context, progress,
-          _NUM_INSTANCES_TO_LOG - num_logged)
+          documents, chunk_index, tokenizer, per_instance, num_workers, rng, context,
+          progress, _NUM_INSTANCES_TO_LOG - num_logged)
       del documents
       stats.documents_without_instances += without_instances
       for text in logged:
@@ -1211,10 +1269,10 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     if not stats.documents:
       raise UsageError("--input_file=%s: no document with any token in %s. The input is one "
                        "sentence per line with a blank line between documents."
-                       % (input_file, ", ".join(input_files)))
+                       % (settings.input_file, ", ".join(input_files)))
     if not progress.instances_written:
       raise UsageError("--input_file=%s: no instance could be made from %d document(s)."
-                       % (input_file, stats.documents))
+                       % (settings.input_file, stats.documents))
     if stop_signals is not None:
       stop_signals.stop_raising()  # all output files get their names, or none
     writer.commit()
@@ -1224,56 +1282,57 @@ def create_pretraining_data(input_file, output_file, vocab_file, do_lower_case=T
     writer.abort()
     raise
   stats.instances = sum(writer.counts)
-  tf.logging.info("%s", progress.message(time.time()))
-  tf.logging.info("*** Wrote %d output file(s) ***", len(output_files))
-  for path, count in zip(output_files, writer.counts):
-    tf.logging.info("  %s: %d instances", path, count)
-  tf.logging.info("documents: %d, documents without tokens (dropped): %d, documents that "
-                  "gave no instance: %d, instances: %d, non-UTF-8 lines skipped: %d, "
-                  "chunks: %d", stats.documents, stats.empty_documents,
-                  stats.documents_without_instances, stats.instances, stats.skipped_lines,
-                  stats.chunks)
+  _log_summary(stats, progress, output_files, writer.counts)
   return stats
 
 
-def define_flags():
+def define_flags(flag_values=None):
   """Defines Google's flags. Called only when run as a script, so that importing this
-  module next to run_classifier_mgpu (which defines some of the same names) works."""
+  module next to run_classifier_mgpu (which defines some of the same names) works.
+
+  Args:
+    flag_values: the absl FlagValues to define them in; None means tf.flags.FLAGS.
+  """
   flags = tf.flags
+  where = {} if flag_values is None else {"flag_values": flag_values}
   flags.DEFINE_string("input_file", None,
                       "Input text file(s): comma-separated globs. One sentence per line, a "
-                      "blank line between documents.")
+                      "blank line between documents.", **where)
   flags.DEFINE_string("output_file", None,
                       "Output TFRecord file(s), comma-separated; instances are written "
-                      "round-robin.")
-  flags.DEFINE_string("vocab_file", None, "The vocab.txt the BERT model was trained with.")
+                      "round-robin.", **where)
+  flags.DEFINE_string("vocab_file", None, "The vocab.txt the BERT model was trained with.",
+                      **where)
   flags.DEFINE_bool("do_lower_case", True,
-                    "Lower-case the input (True for uncased and Chinese models).")
+                    "Lower-case the input (True for uncased and Chinese models).", **where)
   flags.DEFINE_bool("do_whole_word_mask", False,
                     "Mask whole words: a token with its ## pieces, the characters of a "
                     "Chinese word (words separated by spaces, or found by "
-                    "--chinese_segmenter).")
-  flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, with [CLS] and [SEP]s.")
+                    "--chinese_segmenter).", **where)
+  flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, with [CLS] and [SEP]s.",
+                       **where)
   flags.DEFINE_integer("max_predictions_per_seq", 20,
-                       "Most masked-LM predictions per instance.")
-  flags.DEFINE_integer("random_seed", 12345, "Seed: the same seed gives the same files.")
-  flags.DEFINE_integer("dupe_factor", 10, "Passes over the input, each with different masks.")
-  flags.DEFINE_float("masked_lm_prob", 0.15, "Share of the tokens to predict.")
+                       "Most masked-LM predictions per instance.", **where)
+  flags.DEFINE_integer("random_seed", 12345, "Seed: the same seed gives the same files.", **where)
+  flags.DEFINE_integer("dupe_factor", 10, "Passes over the input, each with different masks.",
+                       **where)
+  flags.DEFINE_float("masked_lm_prob", 0.15, "Share of the tokens to predict.", **where)
   flags.DEFINE_float("short_seq_prob", 0.1,
-                     "Share of instances that aim for a random length below max_seq_length.")
+                     "Share of instances that aim for a random length below max_seq_length.",
+                     **where)
   flags.DEFINE_integer("num_workers", 0,
                        "Processes that tokenize and create instances (0: one per CPU core). "
                        "The output depends on the seed, this number and --docs_per_chunk; 1 "
-                       "follows Google's single random stream.")
+                       "follows Google's single random stream.", **where)
   flags.DEFINE_integer("docs_per_chunk", DEFAULT_DOCS_PER_CHUNK,
                        "Documents held in memory at a time (0: the whole corpus, as Google's "
                        "script). Random next sentences and the shuffle stay within a chunk. "
                        "Memory: about 130 bytes per token of a chunk with dupe_factor=10 in "
-                       "one process, about three times that with worker processes.")
+                       "one process, about three times that with worker processes.", **where)
   flags.DEFINE_string("chinese_segmenter", "",
                       "With --do_whole_word_mask: 'jieba' finds the words of raw Chinese text "
                       "with jieba (pip install jieba). Empty: Chinese words are separated by "
-                      "spaces in the input.")
+                      "spaces in the input.", **where)
 
 
 def main(_):
@@ -1281,18 +1340,10 @@ def main(_):
   for name in ("input_file", "output_file", "vocab_file"):
     if not getattr(FLAGS, name):
       raise UsageError("--%s is required." % name)
-  # Ctrl-C ends as a KeyboardInterrupt, which runner.run_main turns into exit 130.
+  # Ctrl-C ends as a KeyboardInterrupt, which command_line.run_main turns into exit 130.
   with StopOnSignals() as stop:
     try:
-      create_pretraining_data(
-          FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file,
-          do_lower_case=FLAGS.do_lower_case, do_whole_word_mask=FLAGS.do_whole_word_mask,
-          max_seq_length=FLAGS.max_seq_length,
-          max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-          random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
-          masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
-          num_workers=FLAGS.num_workers, docs_per_chunk=FLAGS.docs_per_chunk,
-          chinese_segmenter=FLAGS.chinese_segmenter, stop_signals=stop)
+      create_pretraining_data(data_settings_from_flags(FLAGS), stop_signals=stop)
     except Terminated:
       sys.stderr.write("Stopped by SIGTERM; no output written.\n")
       sys.stderr.flush()
@@ -1303,5 +1354,8 @@ def main(_):
 
 
 if __name__ == "__main__":
+  # Imported here: the command line module loads the training stack, which the data
+  # functions above do not need.
+  import command_line  # pylint: disable=g-import-not-at-top
   define_flags()
-  runner.run_main(main)
+  command_line.run_main(main)

@@ -20,18 +20,21 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 import time
 
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import classifier_data
+import command_line
+import errors
 import modeling
 import multigpu
-import runner
+import output_files
+import run_settings
 import tfrecord_io
-from runner import UsageError
+from errors import UsageError
 
 # Google's pair separator: the line splits at its last " ||| ".
 _PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
@@ -224,14 +227,14 @@ Fields:
 """
 
 
-def build_extraction(config, model_fn, batch_size, max_seq_length, init_checkpoint):
+def build_extraction(devices, model_fn, batch_size, max_seq_length, init_checkpoint):
   """Builds the towers over fed batches, with the weights of `init_checkpoint`.
 
-  Each fed batch is cut to its longest example (rounded up to config.length_multiple;
+  Each fed batch is cut to its longest example (rounded up to devices.length_multiple;
   tfrecord_io.trim_to_longest), or kept at max_seq_length with --pad_to_max_seq_length.
 
   Args:
-    config: RunConfig (device plan, precision, XLA, padding).
+    devices: checked run_settings.DeviceSettings (plan, precision, XLA, padding).
     model_fn: create_model_fn()'s function.
     batch_size: examples per sess.run over all towers.
     max_seq_length: the longest token sequence.
@@ -248,11 +251,11 @@ def build_extraction(config, model_fn, batch_size, max_seq_length, init_checkpoi
     placeholders = {name: tf.placeholder(tf.int32, [None, max_seq_length], name=name)
                     for name in tfrecord_io.SEQUENCE_FEATURES}
     features = placeholders
-    if config.length_multiple:
-      features = tfrecord_io.trim_to_longest(placeholders, config.length_multiple)
+    if devices.length_multiple:
+      features = tfrecord_io.trim_to_longest(placeholders, devices.length_multiple)
     outputs = multigpu.build_inference(
-        config.plan().for_inference(), model_fn, features, batch_size,
-        precision=config.precision, use_xla=config.use_xla)
+        devices.plan.for_inference(), model_fn, features, batch_size,
+        precision=devices.precision, use_xla=devices.use_xla)
     load_weights(init_checkpoint)
     init_op = tf.global_variables_initializer()
     graph.finalize()
@@ -266,13 +269,13 @@ def load_weights(init_checkpoint):
     UsageError: the checkpoint lacks variables the layers depend on, or a shape differs
       (the variable and both shapes are named).
   """
-  missing = [name for name in runner.init_from_checkpoint(init_checkpoint)
+  missing = [name for name in checkpoints.init_from_checkpoint(init_checkpoint)
              if not name.startswith(_UNUSED_SCOPES)]
   if missing:
-    raise UsageError(
-        "--init_checkpoint=%s lacks %d of BERT's variables (%s): it is not a BERT checkpoint "
-        "of this --bert_config_file. Use the bert_model.ckpt that came with the config." %
-        (init_checkpoint, len(missing), ", ".join(missing[:3] + ["..."] * (len(missing) > 3))))
+    raise checkpoints.lacking_variables_error(
+        "--init_checkpoint=" + init_checkpoint, missing, "BERT's", "it is not a BERT "
+        "checkpoint of this --bert_config_file. Use the bert_model.ckpt that came with the "
+        "config.")
 
 
 def run_batches(sess, extraction, features, log_every=100):
@@ -347,42 +350,6 @@ def format_json_line(line_index, tokens, layer_indexes, values):
   return json.dumps({"linex_index": line_index, "features": features}) + "\n"
 
 
-@contextlib.contextmanager
-def atomic_output(path, binary=False):
-  """Opens a temp file beside `path`; renames it to `path` when the block ends without error.
-
-  A crash or an error leaves the old file (or none) under `path`, never half a file.
-
-  Raises:
-    UsageError: the file system refused the write (the path and the reason named).
-  """
-  directory = os.path.dirname(os.path.abspath(path))
-  try:
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
-  except OSError as e:
-    raise runner.write_error(path, e)
-  try:
-    if binary:
-      f = os.fdopen(fd, "wb")
-    else:
-      f = os.fdopen(fd, "w", encoding="utf-8", newline="")
-    with f:
-      yield f
-    runner.make_file_readable(tmp_path)
-    os.replace(tmp_path, path)
-  except OSError as e:
-    _remove_quietly(tmp_path)
-    raise runner.write_error(path, e)
-  except BaseException:
-    _remove_quietly(tmp_path)
-    raise
-
-
-def _remove_quietly(path):
-  if os.path.exists(path):
-    os.remove(path)
-
-
 def write_outputs(batches, features, tokenizer, layer_indexes, json_path=None,
                   pooled_path=None, hidden_size=None):
   """Writes Google's JSON lines and/or the pooled .npy from run_batches()' output.
@@ -406,10 +373,11 @@ def write_outputs(batches, features, tokenizer, layer_indexes, json_path=None,
   """
   count = 0
   with contextlib.ExitStack() as stack:
-    json_file = stack.enter_context(atomic_output(json_path)) if json_path else None
+    json_file = (stack.enter_context(output_files.atomic_output(json_path)) if json_path
+                 else None)
     pooled_file = None
     if pooled_path:
-      pooled_file = stack.enter_context(atomic_output(pooled_path, binary=True))
+      pooled_file = stack.enter_context(output_files.atomic_output(pooled_path, binary=True))
       np.lib.format.write_array_header_1_0(pooled_file, {
           "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
           "fortran_order": False, "shape": (len(features), hidden_size)})
@@ -432,11 +400,11 @@ def write_outputs(batches, features, tokenizer, layer_indexes, json_path=None,
 
 
 def _write(f, path, data):
-  # Named here: with two files open, atomic_output would name whichever it is innermost.
+  # Named here: with two files open, atomic_output would name whichever is innermost.
   try:
     f.write(data)
   except OSError as e:
-    raise runner.write_error(path, e)
+    raise errors.write_error(path, e)
 
 
 def _check_count(count, num_examples):
@@ -461,8 +429,8 @@ def define_flags():
                       "it is) and only names the default --pooled_output_file.")
   flags.DEFINE_string("layers", "-1,-2,-3,-4", "Encoder layers to output, comma-separated; "
                       "-1 is the last.")
-  runner.define_shared_flags(["bert_config_file", "vocab_file", "init_checkpoint",
-                              "do_lower_case", "max_seq_length"])
+  command_line.define_shared_flags(["bert_config_file", "vocab_file", "init_checkpoint",
+                                    "do_lower_case", "max_seq_length"])
   flags.DEFINE_integer("batch_size", 32, "Batch size PER TOWER (Google's: per device); the "
                        "global batch is batch_size x towers.")
   flags.DEFINE_bool("use_one_hot_embeddings", False, "Look up word embeddings with a one-hot "
@@ -482,22 +450,6 @@ def define_flags():
 # ---------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------
-
-class _RunFlags(object):
-  """FLAGS as runner.check_run_flags and make_run_config read them, with the directory
-  of the first file written (--output_file, else --pooled_output_file) standing in for
-  --output_dir, which this script does not have."""
-
-  def __init__(self, flag_values, output_dir):
-    self._flag_values = flag_values
-    self.output_dir = output_dir
-
-  def __contains__(self, name):
-    return name == "output_dir" or name in self._flag_values
-
-  def __getattr__(self, name):
-    return getattr(self._flag_values, name)
-
 
 def output_directory(path, flag_name="output_file"):
   """Checks an output file flag before any work; returns its directory (may not exist yet).
@@ -562,47 +514,45 @@ def check_flags():
   """Validates the flags and files before anything is written.
 
   Returns:
-    (BertConfig, RunConfig, the layer indexes, JSON path or None, .npy path or None).
+    (BertConfig, checked DeviceSettings, the layer indexes, JSON path or None, .npy path
+    or None).
   """
-  runner.require_file("input_file", FLAGS.input_file)
+  command_line.require_file("input_file", FLAGS.input_file)
   if not FLAGS.init_checkpoint:
     raise UsageError("--init_checkpoint is required, e.g. "
                      "chinese_L-12_H-768_A-12/bert_model.ckpt.")
   json_path, pooled_path = output_paths(FLAGS.output_file, FLAGS.pooling,
                                         FLAGS.pooled_output_file, FLAGS.write_json)
-  directory = None
   for flag_name, path in (("output_file", json_path), ("pooled_output_file", pooled_path)):
     if not path:
       continue
-    path_directory = output_directory(path, flag_name)
-    directory = directory or path_directory
+    output_directory(path, flag_name)
     if os.path.exists(path) and os.path.samefile(path, FLAGS.input_file):
       raise UsageError("--%s=%s is the --input_file: give another path." % (flag_name, path))
-  run_flags = _RunFlags(FLAGS, directory)
-  runner.check_run_flags(run_flags, positive_flag_names=("batch_size",))
-  bert_config = runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  command_line.check_run_flags(FLAGS, positive_flag_names=("batch_size",))
+  bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
-  return (bert_config, runner.make_run_config(run_flags), layer_indexes, json_path,
-          pooled_path)
+  devices = run_settings.device_settings_from_flags(FLAGS).check()
+  return bert_config, devices, layer_indexes, json_path, pooled_path
 
 
 def main(_):
-  bert_config, config, layer_indexes, json_path, pooled_path = check_flags()
-  tokenizer = runner.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                    FLAGS.bert_config_file)
+  bert_config, devices, layer_indexes, json_path, pooled_path = check_flags()
+  tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                                          FLAGS.bert_config_file)
   classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
   features = convert_lines(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length)
-  batch_size = FLAGS.batch_size * config.num_towers
-  plan = config.plan().for_inference()
+  batch_size = FLAGS.batch_size * devices.num_towers
+  plan = devices.plan.for_inference()
   for line in plan.describe():
     tf.logging.info("Devices: %s", line)
   tf.logging.info("%d lines, %d tower(s) x batch %d = %d lines per step, layers %s, "
-                  "pooling %s, precision %s", len(features), config.num_towers,
+                  "pooling %s, precision %s", len(features), devices.num_towers,
                   FLAGS.batch_size, batch_size, ",".join(map(str, layer_indexes)),
-                  FLAGS.pooling, config.precision)
+                  FLAGS.pooling, devices.precision)
   model_fn = create_model_fn(bert_config, layer_indexes, FLAGS.pooling,
                              FLAGS.use_one_hot_embeddings, write_layers=bool(json_path))
-  extraction = build_extraction(config, model_fn, batch_size, FLAGS.max_seq_length,
+  extraction = build_extraction(devices, model_fn, batch_size, FLAGS.max_seq_length,
                                 FLAGS.init_checkpoint)
   paths = [path for path in (json_path, pooled_path) if path]
   for path in paths:
@@ -617,4 +567,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  runner.run_main(main)
+  command_line.run_main(main)

@@ -545,6 +545,39 @@ def _local_accumulators(values, names, shapes, device, accumulation_steps):
   return tf.group(*accumulate), accumulators
 
 
+def _accumulate(values, names, shapes, devices, accumulation_steps):
+  """Gradient accumulation, the same for every --variable_update.
+
+  With accumulation_steps > 1, each device's values go through local accumulators that
+  accumulate_op adds a micro-batch into; the update reads the accumulated values and must
+  clear them after it. With 1, the values pass through as they are.
+
+  Args:
+    values: per device (the variable device, or each replica's), its gradients and, last,
+      its loss.
+    names, shapes: per device, a name and shape per value (the variables' ones; [] for the
+      loss).
+    devices: where each device's accumulators live.
+    accumulation_steps: micro-batches per update.
+
+  Returns:
+    (accumulate_op or None, per device the values the update reads, the accumulators to
+    clear after the update).
+  """
+  if accumulation_steps <= 1:
+    return None, values, []
+  accumulate_ops, reads, clear = [], [], []
+  for device_values, device_names, device_shapes, device in zip(values, names, shapes,
+                                                                 devices):
+    op, accumulators = _local_accumulators(device_values, device_names, device_shapes,
+                                           device, accumulation_steps)
+    accumulate_ops.append(op)
+    clear += accumulators
+    with tf.device(device):
+      reads.append([acc.read_value() for acc in accumulators])
+  return tf.group(*accumulate_ops), reads, clear
+
+
 def _clear_after(accumulators, dependencies):
   """An op that zeroes `accumulators` once `dependencies` have run."""
   with tf.control_dependencies(dependencies):
@@ -606,10 +639,8 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
   def finish(updates, global_norm):
     """global_step (and the fp16 loss scale) move once every replica has updated."""
     applied = tf.math.is_finite(global_norm) if loss_scale is not None else None
-    with tf.device(step_device), tf.control_dependencies(updates):
-      increment = 1 if applied is None else tf.cast(applied, global_step.dtype)
-      train_op = global_step.assign_add(increment, read_value=False,
-                                        name="increment_global_step")
+    with tf.device(step_device):
+      train_op = optimization.increment_global_step_after(updates, global_step, applied)
       if loss_scale is not None:
         with tf.control_dependencies([train_op]):
           train_op = loss_scale.update(applied)
@@ -623,25 +654,17 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
 
   loss, grads_and_vars = build_tower_losses_and_grads(plan, model_fn, features, precision,
                                                       use_xla, loss_scale)
-  if accumulation_steps <= 1:
-    with tf.device(plan.variable_device):
-      update, global_norm = apply(grads_and_vars, increment_global_step=False)
-      train_op = finish([update], global_norm)
-    return TrainOps(train_op, loss, learning_rate, global_norm, global_step, None, loss_scale,
-                    loss, stop_request, stop_request)
-
   pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-  accumulate_op, accumulators = _local_accumulators(
-      [g for g, _ in pairs] + [loss], [v.op.name for _, v in pairs] + ["loss"],
-      [v.shape for _, v in pairs] + [[]], plan.variable_device, accumulation_steps)
-  loss_accumulator = accumulators.pop()
+  accumulate_op, (values,), clear = _accumulate(
+      [[g for g, _ in pairs] + [loss]], [[v.op.name for _, v in pairs] + ["loss"]],
+      [[v.shape for _, v in pairs] + [[]]], [plan.variable_device], accumulation_steps)
   with tf.device(plan.variable_device):
-    update_loss = tf.identity(loss_accumulator.read_value())
-    update, global_norm = apply([(acc.read_value(), var)
-                                 for acc, (_, var) in zip(accumulators, pairs)],
+    update_loss = tf.identity(values[-1])
+    update, global_norm = apply(list(zip(values[:-1], [v for _, v in pairs])),
                                 increment_global_step=False)
     train_op = finish([update], global_norm)
-  train_op = _clear_after(accumulators + [loss_accumulator], [train_op, update_loss])
+  if clear:
+    train_op = _clear_after(clear, [train_op, update_loss])
   return TrainOps(train_op, loss, learning_rate, global_norm, global_step, accumulate_op,
                   loss_scale, update_loss, stop_request, stop_request)
 
@@ -671,21 +694,14 @@ def _build_replicated_training(plan, model_fn, features, accumulation_steps, pre
       stops.append(stop_request if r == 0 else tf.zeros([]))
       replica_vars.append([tower_vars[towers[0]][j] for j in with_grads])
 
-  accumulate_op, clear = None, []
-  if accumulation_steps > 1:
-    accumulate_ops = []
-    for r, device in enumerate(devices):
-      # The stop flag is fed with train_op, not with the micro-batches.
-      op, accumulators = _local_accumulators(
-          local_grads[r] + [local_losses[r]],
-          [v.op.name for v in replica_vars[r]] + ["replica_%d_loss" % r],
-          [v.shape for v in replica_vars[r]] + [[]], device, accumulation_steps)
-      accumulate_ops.append(op)
-      clear += accumulators
-      with tf.device(device):
-        local_grads[r] = [acc.read_value() for acc in accumulators[:-1]]
-        local_losses[r] = accumulators[-1].read_value()
-    accumulate_op = tf.group(*accumulate_ops)
+  accumulate_op, values, clear = _accumulate(
+      [grads + [loss] for grads, loss in zip(local_grads, local_losses)],
+      [[v.op.name for v in variables] + ["replica_%d_loss" % r]
+       for r, variables in enumerate(replica_vars)],
+      [[v.shape for v in variables] + [[]] for variables in replica_vars], devices,
+      accumulation_steps)
+  local_grads = [device_values[:-1] for device_values in values]
+  local_losses = [device_values[-1] for device_values in values]
 
   stats = []
   for device, loss, stop in zip(devices, local_losses, stops):

@@ -493,12 +493,25 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
 
     if not increment_global_step:
       return update, global_norm
-    # One increment per applied update, strictly after it.
-    with tf.control_dependencies([update]):
-      increment = 1 if apply_if is None else tf.cast(apply_if, global_step.dtype)
-      train_op = global_step.assign_add(increment, read_value=False,
-                                        name="increment_global_step")
+    train_op = increment_global_step_after([update], global_step, apply_if)
   return train_op, global_norm
+
+
+def increment_global_step_after(updates, global_step, applied=None):
+  """global_step += 1, strictly after `updates` (ops) have run: one increment per update.
+
+  Args:
+    updates: the ops that apply the update (one per replica of the variables).
+    global_step: the step variable.
+    applied: None, or a boolean tensor: False for an update that was skipped (fp16
+      overflow), which leaves global_step as it is.
+
+  Returns:
+    The increment op.
+  """
+  with tf.control_dependencies(updates):
+    increment = 1 if applied is None else tf.cast(applied, global_step.dtype)
+    return global_step.assign_add(increment, read_value=False, name="increment_global_step")
 
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu=False,

@@ -31,11 +31,12 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-import multigpu
+import command_line
 import run_classifier_mgpu
-import runner
+import run_settings
 import serving
-from runner import UsageError, atomic_write_text
+from errors import UsageError
+from output_files import atomic_write_text
 import text_files
 from text_files import line_error, read_text_file
 
@@ -55,9 +56,7 @@ def define_flags():
   flags.DEFINE_string("input_file", None, "Texts, one per line (UTF-8); default: stdin.")
   flags.DEFINE_string("output_file", None, "Where to write the predictions; default: stdout.")
   flags.DEFINE_bool("text_b", False, "Each input line is text_a<TAB>text_b (sentence pairs).")
-  flags.DEFINE_integer("n_gpus", 1, "GPUs to use. With none visible, towers run on logical "
-                       "CPU devices.")
-  flags.DEFINE_integer("towers_per_gpu", 1, "Model replicas (towers) on each GPU.")
+  command_line.define_device_flags()
   flags.DEFINE_integer("predict_batch_size", 32, "Texts per tower per step.")
   flags.DEFINE_integer("serve", None, "Answer HTTP on this port instead of reading texts "
                        "(0: any free port; the log names it).")
@@ -77,10 +76,7 @@ def check_flags():
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (a SavedModel export) and --output_dir "
                      "(a trained run_classifier_mgpu.py output_dir).")
-  for name in ("n_gpus", "towers_per_gpu", "predict_batch_size", "max_batch",
-               "max_request_texts"):
-    if getattr(FLAGS, name) < 1:
-      raise UsageError("--%s=%d: it must be at least 1." % (name, getattr(FLAGS, name)))
+  command_line.check_positive(FLAGS, ("max_batch", "max_request_texts"))
   for name in ("batch_window_ms", "drain_seconds"):
     if getattr(FLAGS, name) < 0:
       raise UsageError("--%s=%d: use 0 or more." % (name, getattr(FLAGS, name)))
@@ -170,14 +166,11 @@ def load_predictor():
     model = serving.load_export(FLAGS.export_dir)
   else:
     model = serving.load_output_dir(FLAGS.output_dir)
-  try:
-    plan = multigpu.plan_devices(FLAGS.n_gpus, towers_per_gpu=FLAGS.towers_per_gpu)
-  except ValueError as e:
-    raise UsageError(str(e))
+  devices = run_settings.device_settings_from_flags(FLAGS).check()
   model_fn = run_classifier_mgpu.create_model_fn(model.bert_config, len(model.files.labels))
-  predictor = serving.Predictor(model, model_fn, plan, FLAGS.predict_batch_size)
-  tf.logging.info("Loaded %s on %d tower(s): %s", model.description, plan.num_towers,
-                  ", ".join(plan.tower_devices))
+  predictor = serving.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
+  tf.logging.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
+                  devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)
   return predictor
 
 
@@ -570,4 +563,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  runner.run_main(main)
+  command_line.run_main(main)

@@ -27,13 +27,18 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import classifier_data
 import classifier_metrics
+import command_line
 import modeling
-import tfrecord_io
+import output_files
+import run_settings
 import runner
 import serving
-from runner import UsageError, atomic_write_text
+import tfrecord_io
+from errors import UsageError
+from output_files import atomic_write_text
 
 
 # ---------------------------------------------------------------------------
@@ -126,7 +131,7 @@ def define_flags():
   flags.DEFINE_string("data_dir", None, "Directory with the task's data files.")
   flags.DEFINE_string("task_name", None,
                       "Task: " + ", ".join(sorted(classifier_data.PROCESSORS)) + ".")
-  runner.define_shared_flags([
+  command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_eval", "do_predict", "train_batch_size",
       "eval_batch_size", "predict_batch_size", "learning_rate", "num_train_epochs",
@@ -165,7 +170,7 @@ def check_flags():
     raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
                      FLAGS.export_dir)
   if export_only():
-    runner.check_run_flags(FLAGS)
+    command_line.check_run_flags(FLAGS)
     return None
   if not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
@@ -174,8 +179,8 @@ def check_flags():
                      FLAGS.early_stopping_patience)
   if FLAGS.num_workers < 0:
     raise UsageError("--num_workers=%d: use 0 (all cores) or more." % FLAGS.num_workers)
-  runner.check_run_flags(FLAGS)
-  return runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  command_line.check_run_flags(FLAGS)
+  return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def files_to_export():
@@ -197,26 +202,22 @@ def files_to_export():
 def export_model():
   """Exports the best (else latest) checkpoint of output_dir to --export_dir."""
   files = files_to_export()
-  bert_config = runner.load_bert_config(files.bert_config_file,
-                                        files.settings["max_seq_length"])
-  checkpoint, why = runner.checkpoint_for_inference(FLAGS.output_dir, None, best_subdir="best")
+  bert_config = command_line.load_bert_config(files.bert_config_file,
+                                              files.settings["max_seq_length"])
+  checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, None,
+                                                         best_subdir="best")
   path = serving.export_classifier(FLAGS.export_dir, files, checkpoint,
                                    create_model_fn(bert_config, len(files.labels)), bert_config)
   tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
   return path
 
 
-def main(_):
-  bert_config = check_flags()
-  if export_only():
-    export_model()
-    return
-  runner.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                        FLAGS.bert_config_file)
-  classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
-  processor = classifier_data.get_processor(FLAGS.task_name)
+def read_splits(processor):
+  """Reads and validates every split asked for, before anything is trained or written.
 
-  # Read and validate every split asked for before anything is trained or written.
+  Returns:
+    (dict split -> list of InputExample, the label list).
+  """
   splits = {}
   if FLAGS.do_train:
     splits["train"] = processor.get_train_examples(FLAGS.data_dir)
@@ -224,29 +225,58 @@ def main(_):
     splits["dev"] = processor.get_dev_examples(FLAGS.data_dir)
   if FLAGS.do_predict:
     splits["test"] = processor.get_test_examples(FLAGS.data_dir)
-  label_list = classifier_data.resolve_label_list(processor, FLAGS.data_dir, FLAGS.output_dir,
-                                                  FLAGS.do_train)
+  label_list = classifier_data.resolve_label_list(processor, FLAGS.data_dir,
+                                                  FLAGS.output_dir, FLAGS.do_train)
   for examples in splits.values():
     classifier_data.check_labels(examples, label_list)
-  config = runner.make_run_config(FLAGS, num_train_examples=len(splits.get("train", ())))
-  if not FLAGS.do_train:
-    runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint, "best")
-  runner.claim_output_dir(config)
-  if FLAGS.do_train and config.is_chief:
-    classifier_data.write_label_list(FLAGS.output_dir, label_list)
-    serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
-                             serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case,
-                                                         FLAGS.max_seq_length))
+  return splits, label_list
 
-  # Featurize before TensorFlow starts its runtime: the worker pool forks.
-  record_files = {}
-  for split, examples in splits.items():
-    record_files[split] = classifier_data.cached_features(
-        split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
-        examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
-        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-        task_name=FLAGS.task_name, output_dir=config.cache_dir,
-        num_workers=FLAGS.num_workers or None)[0]
+
+def prepare_output_dir(splits, label_list, processor):
+  """The device check, then output_dir: claimed, the model files written, the splits
+  featurized (or their cache reused).
+
+  The featurizing processes fork first, before the device check starts TensorFlow's GPU
+  runtime; a refused check ends them and writes nothing.
+
+  Returns:
+    (RunConfig, dict split -> TFRecord path).
+  """
+  largest = max([len(examples) for examples in splits.values()] or [0])
+  with classifier_data.FeaturizingPool(FLAGS.vocab_file, FLAGS.do_lower_case, label_list,
+                                       FLAGS.max_seq_length, FLAGS.num_workers or None,
+                                       largest_split=largest) as pool:
+    config = run_settings.make_run_config(FLAGS,
+                                          num_train_examples=len(splits.get("train", ())))
+    if not FLAGS.do_train:
+      checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint, "best")
+    output_files.claim_output_dir(config)
+    if FLAGS.do_train and config.is_chief:
+      classifier_data.write_label_list(FLAGS.output_dir, label_list)
+      serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
+                               serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case,
+                                                           FLAGS.max_seq_length))
+    record_files = {}
+    for split, examples in splits.items():
+      record_files[split] = classifier_data.cached_features(
+          split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
+          examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
+          vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+          task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool)[0]
+  return config, record_files
+
+
+def main(_):
+  bert_config = check_flags()
+  if export_only():
+    export_model()
+    return
+  command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                              FLAGS.bert_config_file)
+  classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
+  processor = classifier_data.get_processor(FLAGS.task_name)
+  splits, label_list = read_splits(processor)
+  config, record_files = prepare_output_dir(splits, label_list, processor)
   spec = classifier_data.input_feature_spec(FLAGS.max_seq_length)
   model_fn = create_model_fn(bert_config, len(label_list))
 
@@ -275,12 +305,17 @@ def main(_):
     if not config.is_chief:
       return  # the chief evaluates, predicts and exports
 
-  if not (FLAGS.do_eval or FLAGS.do_predict):
-    if FLAGS.export_dir:
-      export_model()
-    return
-  checkpoint, why = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
-                                                     best_subdir="best")
+  if FLAGS.do_eval or FLAGS.do_predict:
+    evaluate_and_predict(config, model_fn, make_dataset, dev_metrics, splits, label_list)
+  if FLAGS.export_dir:
+    export_model()
+
+
+def evaluate_and_predict(config, model_fn, make_dataset, dev_metrics, splits, label_list):
+  """The dev metrics and reports, and the test predictions, with the best (else latest)
+  checkpoint."""
+  checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
+                                                         best_subdir="best")
   tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
   if FLAGS.do_eval:
     metrics, outputs = runner.evaluate(config, model_fn,
@@ -299,10 +334,8 @@ def main(_):
                           label_list)
     tf.logging.info("Wrote %d predictions to %s", len(splits["test"]),
                     os.path.join(FLAGS.output_dir, "predict.txt"))
-  if FLAGS.export_dir:
-    export_model()
 
 
 if __name__ == "__main__":
   define_flags()
-  runner.run_main(main)
+  command_line.run_main(main)

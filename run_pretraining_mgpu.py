@@ -17,10 +17,14 @@ usual choice for large global batches.
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import checkpoints
+import command_line
 import modeling
-import tfrecord_io
+import output_files
+import run_settings
 import runner
-from runner import UsageError
+import tfrecord_io
+from errors import UsageError
 
 
 # ---------------------------------------------------------------------------
@@ -225,7 +229,7 @@ def define_flags():
   flags.DEFINE_string("input_file", None, "TFRecord files of create_pretraining_data.py: "
                       "comma-separated globs, or a directory (its *.tfrecord files).")
   # --optimizer (default adamw) comes from the runner; lamb suits large pre-training batches.
-  runner.define_shared_flags([
+  command_line.define_shared_flags([
       "bert_config_file", "output_dir", "init_checkpoint", "max_seq_length", "do_train",
       "do_eval", "train_batch_size", "eval_batch_size", "learning_rate",
       "save_checkpoints_steps"])
@@ -249,11 +253,11 @@ def check_flags():
   """
   if not (FLAGS.do_train or FLAGS.do_eval):
     raise UsageError("Nothing to do: pass --do_train and/or --do_eval.")
-  runner.check_run_flags(FLAGS, ("max_eval_steps", "max_predictions_per_seq",
-                                 "num_train_steps"))
+  command_line.check_run_flags(FLAGS, ("max_eval_steps", "max_predictions_per_seq",
+                                       "num_train_steps"))
   if FLAGS.num_warmup_steps < 0:
     raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
-  bert_config = runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   input_files = tfrecord_io.expand_input_files(FLAGS.input_file, ".tfrecord")
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   for path in input_files:
@@ -263,10 +267,10 @@ def check_flags():
 
 def main(_):
   bert_config, input_files = check_flags()
-  config = runner.make_run_config(FLAGS)
+  config = run_settings.make_run_config(FLAGS)
   if not FLAGS.do_train:
-    runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
-  runner.claim_output_dir(config)
+    checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
+  output_files.claim_output_dir(config)
   tf.logging.info("Input: %d TFRecord file(s): %s", len(input_files), ", ".join(input_files))
   spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
   model_fn = create_model_fn(bert_config)
@@ -291,7 +295,7 @@ def main(_):
       return  # the chief evaluates
 
   if FLAGS.do_eval:
-    checkpoint, _ = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
+    checkpoint, _ = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
     tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
                     FLAGS.max_eval_steps, config.global_eval_batch_size)
     runner.evaluate(config, model_fn, make_eval_dataset, checkpoint, pretraining_metrics)
@@ -299,4 +303,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  runner.run_main(main)
+  command_line.run_main(main)

@@ -22,12 +22,17 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+import checkpoints
+import command_line
 import modeling
-import tfrecord_io
+import output_files
+import run_settings
 import runner
 import squad_data
 import squad_scoring
-from runner import UsageError, atomic_write_text
+import tfrecord_io
+from errors import UsageError
+from output_files import atomic_write_text
 
 
 # ---------------------------------------------------------------------------
@@ -104,7 +109,7 @@ def define_flags():
                       "train-v1.1.json or cmrc2018_train.json.")
   flags.DEFINE_string("predict_file", None, "SQuAD-format JSON to predict, e.g. "
                       "dev-v1.1.json; scored when it has answers.")
-  runner.define_shared_flags([
+  command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
       "learning_rate", "num_train_epochs", "warmup_proportion", "save_checkpoints_steps"],
@@ -135,11 +140,11 @@ def check_flags():
   if not (FLAGS.do_train or FLAGS.do_predict):
     raise UsageError("Nothing to do: pass --do_train and/or --do_predict.")
   if FLAGS.do_train:
-    runner.require_file("train_file", FLAGS.train_file)
+    command_line.require_file("train_file", FLAGS.train_file)
   if FLAGS.do_predict:
-    runner.require_file("predict_file", FLAGS.predict_file)
-  runner.check_run_flags(FLAGS, ("doc_stride", "max_query_length", "n_best_size",
-                                 "max_answer_length"))
+    command_line.require_file("predict_file", FLAGS.predict_file)
+  command_line.check_run_flags(FLAGS, ("doc_stride", "max_query_length", "n_best_size",
+                                       "max_answer_length"))
   if not math.isfinite(FLAGS.null_score_diff_threshold):
     raise UsageError("--null_score_diff_threshold=%s: it must be a finite number (0.0 by "
                      "default; tune it on the dev set)." % FLAGS.null_score_diff_threshold)
@@ -149,7 +154,7 @@ def check_flags():
                      "above %d or lower --max_query_length." %
                      (FLAGS.max_seq_length, FLAGS.max_query_length,
                       FLAGS.max_query_length + 3))
-  return runner.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def featurize(examples, tokenizer, path, is_training):
@@ -174,7 +179,7 @@ def _write_json(path, value):
 
 def checkpoint_for_prediction():
   """The checkpoint to predict with, checked to hold the span head. Raises UsageError."""
-  checkpoint, _ = runner.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
+  checkpoint, _ = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
   if not tf.train.load_checkpoint(checkpoint).has_tensor("cls/squad/output_weights"):
     raise UsageError("%s has no cls/squad/output_weights: it is not a model fine-tuned for "
                      "reading comprehension. Train one first (--do_train) or point "
@@ -185,7 +190,7 @@ def checkpoint_for_prediction():
 def train(config, model_fn, tokenizer, train_examples):
   """Featurizes the training questions and trains (or resumes) on every tower."""
   # Several workers all enter runner.train, which tells them when there is nothing to do.
-  if config.cluster is None and runner.training_finished(config):
+  if config.cluster is None and checkpoints.training_finished(config):
     return
   train_record = os.path.join(config.cache_dir, "train.tf_record")
   num_features, _ = featurize(train_examples, tokenizer, train_record, is_training=True)
@@ -254,8 +259,8 @@ def predict(config, model_fn, tokenizer, predict_examples, checkpoint):
 
 def main(_):
   bert_config = check_flags()
-  tokenizer = runner.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                    FLAGS.bert_config_file)
+  tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                                          FLAGS.bert_config_file)
   # Read and validate every input before anything is trained or written.
   train_examples = []
   if FLAGS.do_train:
@@ -271,9 +276,9 @@ def main(_):
     if not FLAGS.do_train:
       checkpoint_for_prediction()
   # Google counts steps in questions, not windows.
-  config = runner.make_run_config(FLAGS, num_train_examples=len(train_examples),
-                                  example_noun="training questions")
-  runner.claim_output_dir(config)
+  config = run_settings.make_run_config(FLAGS, num_train_examples=len(train_examples),
+                                        example_noun="training questions")
+  output_files.claim_output_dir(config)
   model_fn = create_model_fn(bert_config, FLAGS.max_seq_length)
   if FLAGS.do_train:
     train(config, model_fn, tokenizer, train_examples)
@@ -285,4 +290,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  runner.run_main(main)
+  command_line.run_main(main)

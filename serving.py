@@ -24,10 +24,12 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import classifier_data
+import command_line
 import multigpu
-import runner
-from runner import UsageError, atomic_write_text
+from errors import UsageError, write_error
+from output_files import atomic_write_text
 from tfrecord_io import SEQUENCE_FEATURES
 
 VOCAB_FILE = "vocab.txt"
@@ -149,15 +151,14 @@ def check_checkpoint_variables(checkpoint, labels_file):
   Call it inside the graph, after the model is built. A SQuAD or pretraining checkpoint
   lacks the classifier head; one trained with another label list has another head shape.
   """
-  saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
   variables = tf.global_variables()
-  missing = [v.op.name for v in variables if v.op.name not in saved]
+  missing = checkpoints.missing_variables(checkpoint, variables)
   if missing:
-    raise UsageError(
-        "%s lacks %d of the classifier's variables (%s): it is not a classifier trained with "
+    raise checkpoints.lacking_variables_error(
+        checkpoint, missing, "the classifier's", "it is not a classifier trained with "
         "run_classifier_mgpu.py (a SQuAD or pretraining checkpoint?). Give a classifier's "
-        "output_dir or export." %
-        (checkpoint, len(missing), ", ".join(missing[:3] + ["..."] * (len(missing) > 3))))
+        "output_dir or export.")
+  saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
   for variable in variables:
     shape = variable.shape.as_list()
     if list(saved[variable.op.name]) != shape:
@@ -337,7 +338,7 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
   try:
     os.makedirs(export_base, exist_ok=True)
   except OSError as e:
-    raise runner.write_error(export_base, e)
+    raise write_error(export_base, e)
   temp_dir = os.path.join(export_base, "%s%d" % (_TEMP_PREFIX, os.getpid()))
   try:
     remove_export_leftovers(export_base)
@@ -348,7 +349,7 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
     atomic_write_text(os.path.join(assets, LABELS_FILE), _read_utf8(files.labels_file))
     return _claim_version_dir(export_base, temp_dir)
   except (OSError, tf.errors.OpError) as e:
-    raise runner.write_error(export_base, e)
+    raise write_error(export_base, e)
   finally:
     if os.path.exists(temp_dir):
       tf.gfile.DeleteRecursively(temp_dir)
@@ -454,9 +455,9 @@ Fields:
 
 def _load(files, checkpoint, description):
   max_seq_length = files.settings["max_seq_length"]
-  bert_config = runner.load_bert_config(files.bert_config_file, max_seq_length)
-  tokenizer = runner.load_tokenizer(files.vocab_file, files.settings["do_lower_case"],
-                                    bert_config, files.bert_config_file)
+  bert_config = command_line.load_bert_config(files.bert_config_file, max_seq_length)
+  tokenizer = command_line.load_tokenizer(files.vocab_file, files.settings["do_lower_case"],
+                                          bert_config, files.bert_config_file)
   return LoadedModel(files, bert_config, tokenizer, checkpoint, description)
 
 
@@ -470,7 +471,7 @@ def load_output_dir(output_dir):
     raise UsageError("--output_dir=%s: no such directory." % output_dir)
   files = find_model_files(output_dir, "train it with this version of "
                            "run_classifier_mgpu.py --do_train, which saves them there.")
-  checkpoint, why = runner.checkpoint_for_inference(output_dir, None, best_subdir="best")
+  checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None, best_subdir="best")
   return _load(files, checkpoint, "%s (%s)" % (checkpoint, why))
 
 
@@ -496,13 +497,13 @@ class Predictor(object):
   Texts are sorted by length, batched, and each batch is padded only to its longest text.
   """
 
-  def __init__(self, model, model_fn, plan, batch_size_per_tower):
+  def __init__(self, model, model_fn, devices, batch_size_per_tower):
     """Builds the graph and restores the weights.
 
     Args:
       model: LoadedModel.
       model_fn: run_classifier_mgpu.create_model_fn(bert_config, num_labels).
-      plan: multigpu.DevicePlan.
+      devices: a checked run_settings.DeviceSettings (towers, precision, XLA, padding).
       batch_size_per_tower: texts per tower per sess.run.
 
     Raises:
@@ -511,12 +512,16 @@ class Predictor(object):
     self.model = model
     self.labels = model.files.labels
     self.max_seq_length = model.files.settings["max_seq_length"]
+    plan = devices.plan.for_inference()
     self.global_batch_size = batch_size_per_tower * plan.num_towers
+    # Fed batches are cut to their longest text rounded up to this (None: max_seq_length).
+    self.length_multiple = devices.length_multiple
     graph = tf.Graph()
     with graph.as_default():
       self._inputs = _serving_inputs()
       self._probabilities = multigpu.build_inference(
-          plan, model_fn, dict(self._inputs), self.global_batch_size)["probabilities"]
+          plan, model_fn, dict(self._inputs), self.global_batch_size,
+          precision=devices.precision, use_xla=devices.use_xla)["probabilities"]
       check_checkpoint_variables(model.checkpoint, model.files.labels_file)
       saver = tf.train.Saver(tf.global_variables())
       graph.finalize()
@@ -540,11 +545,17 @@ class Predictor(object):
     probabilities = np.zeros([len(lengths), len(self.labels)], np.float32)
     for start in range(0, len(order), self.global_batch_size):
       rows = order[start:start + self.global_batch_size]
-      longest = int(lengths[rows].max())
+      longest = self._padded_length(int(lengths[rows].max()))
       feed = {self._inputs[name]: features.arrays[name][rows, :longest]
               for name in SEQUENCE_FEATURES}
       probabilities[rows] = self._session.run(self._probabilities, feed)
     return probabilities
+
+  def _padded_length(self, longest):
+    if self.length_multiple is None:
+      return self.max_seq_length
+    multiple = self.length_multiple
+    return min(self.max_seq_length, (longest + multiple - 1) // multiple * multiple)
 
   def close(self):
     self._session.close()

@@ -18,7 +18,8 @@ import tensorflow.compat.v1 as tf
 
 import text_files
 import tfrecord_io
-from runner import UsageError
+import tokenization
+from errors import UsageError
 
 # Google's first feature id; ids only have to be unique within a file.
 FIRST_UNIQUE_ID = 1000000000
@@ -332,12 +333,11 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
     UsageError: the tokenizer's vocab lacks [CLS], [SEP] or [UNK] (raised at the first
       window, before any is yielded).
   """
-  vocab = getattr(tokenizer, "vocab", None)
-  if vocab is not None:
-    for token in ("[CLS]", "[SEP]", "[UNK]"):
-      if token not in vocab:
-        raise UsageError("The vocab (--vocab_file) has no %s token, which every window needs. "
-                         "Use the vocab.txt that came with the checkpoint." % token)
+  vocab = getattr(tokenizer, "vocab", None)  # None: a test's stand-in tokenizer
+  missing = vocab is not None and tokenization.missing_special_token(vocab)
+  if missing:
+    raise UsageError("The vocab (--vocab_file) has no %s token, which every window needs. "
+                     "Use the vocab.txt that came with the checkpoint." % missing)
   unique_id = FIRST_UNIQUE_ID
   context, context_tokens = None, None
   for example_index, example in enumerate(examples):

@@ -2,12 +2,11 @@
 """TFRecord files: input globs, batches of the global batch size, and atomic writing."""
 
 import os
-import tempfile
 
 import tensorflow.compat.v1 as tf
 
-import runner
-from runner import UsageError
+import output_files
+from errors import UsageError, write_error
 
 def _decode_record(record, feature_spec):
   """Parses one tf.train.Example; int64 becomes int32, which every device handles."""
@@ -141,27 +140,18 @@ def write_records_atomically(path, records):
     UsageError: the file system refused a write (the message names `path` and the
       reason). Errors raised by `records` itself pass through unchanged.
   """
-  directory = os.path.dirname(os.path.abspath(path))
-  if os.path.isdir(path):
-    raise UsageError("cannot write %s: a directory is in the way. Remove or rename it, then "
-                     "run again." % path)
-  try:
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path))
-    os.close(fd)
-  except OSError as e:
-    raise runner.write_error(path, e)
-  try:
-    count = 0
+  count = 0
+  with output_files.atomic_path(path) as tmp_path:
     try:
       writer = tf.python_io.TFRecordWriter(tmp_path)
     except (OSError, tf.errors.OpError) as e:
-      raise runner.write_error(path, e, tmp_path)
+      raise write_error(path, e, tmp_path)
     try:
       for record in records:
         try:
           writer.write(record)
         except (OSError, tf.errors.OpError) as e:
-          raise runner.write_error(path, e, tmp_path)
+          raise write_error(path, e, tmp_path)
         count += 1
     except BaseException:
       try:
@@ -172,14 +162,5 @@ def write_records_atomically(path, records):
     try:
       writer.close()
     except (OSError, tf.errors.OpError) as e:
-      raise runner.write_error(path, e, tmp_path)
-    try:
-      runner.make_file_readable(tmp_path)
-      os.replace(tmp_path, path)
-    except OSError as e:
-      raise runner.write_error(path, e)
-  except BaseException:
-    if os.path.exists(tmp_path):
-      os.remove(tmp_path)
-    raise
+      raise write_error(path, e, tmp_path)
   return count

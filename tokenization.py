@@ -246,6 +246,21 @@ def load_vocab(vocab_file):
   return vocab
 
 
+# The special tokens every BERT input needs ([MASK] too for pretraining).
+SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[UNK]")
+
+
+def missing_special_token(vocab, tokens=SPECIAL_TOKENS):
+  """The first of `tokens` that `vocab` (dict token -> id) lacks, or None.
+
+  Callers name their vocab file in the error: a vocab without [CLS] is not a BERT vocab.
+  """
+  for token in tokens:
+    if token not in vocab:
+      return token
+  return None
+
+
 class VocabLookupError(KeyError):
   """A token (or id) that is not in the vocab; a KeyError, as in the original."""
 

@@ -362,7 +362,7 @@ def bench_serve(args, model, work):
 def bench_padding(args, model):
   """The Predictor's own graph and session, fed the same sorted batches two ways."""
   import tensorflow.compat.v1 as tf  # pylint: disable=import-outside-toplevel
-  import multigpu  # pylint: disable=import-outside-toplevel
+  import run_settings  # pylint: disable=import-outside-toplevel
   import run_classifier_mgpu  # pylint: disable=import-outside-toplevel
   import serving  # pylint: disable=import-outside-toplevel
 
@@ -371,7 +371,7 @@ def bench_padding(args, model):
   predictor = serving.Predictor(
       loaded, run_classifier_mgpu.create_model_fn(loaded.bert_config,
                                                   len(loaded.files.labels)),
-      multigpu.plan_devices(1), args.batch_size)
+      run_settings.DeviceSettings().check(), args.batch_size)
   features = predictor.featurize(model["texts"])
   lengths = features.arrays["input_mask"].sum(axis=1)
   order = np.argsort(-lengths, kind="stable")

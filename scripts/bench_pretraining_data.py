@@ -106,14 +106,15 @@ def run_child(args):
   sys.path.insert(0, REPO_DIR)
   import create_pretraining_data  # pylint: disable=g-import-not-at-top
   import_seconds = time.time() - start
-  start = time.time()
-  start_cpu = cpu_seconds()
-  stats = create_pretraining_data.create_pretraining_data(
-      args.child_input, args.child_output, args.child_vocab,
+  settings = create_pretraining_data.DataSettings(
+      input_file=args.child_input, output_file=args.child_output, vocab_file=args.child_vocab,
       do_whole_word_mask=bool(args.chinese_segmenter), max_seq_length=args.max_seq_length,
       dupe_factor=args.dupe_factor, num_workers=args.child_workers,
-      docs_per_chunk=args.docs_per_chunk, chinese_segmenter=args.chinese_segmenter,
-      progress_interval_seconds=1e9)
+      docs_per_chunk=args.docs_per_chunk, chinese_segmenter=args.chinese_segmenter)
+  start = time.time()
+  start_cpu = cpu_seconds()
+  stats = create_pretraining_data.create_pretraining_data(settings,
+                                                          progress_interval_seconds=1e9)
   work_seconds = time.time() - start
   work_cpu_seconds = cpu_seconds() - start_cpu
   with open(args.child_result, "w") as f:

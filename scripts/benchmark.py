@@ -32,7 +32,7 @@ import multigpu  # pylint: disable=wrong-import-position
 import run_classifier_mgpu  # pylint: disable=wrong-import-position
 import run_pretraining_mgpu  # pylint: disable=wrong-import-position
 import run_squad_mgpu  # pylint: disable=wrong-import-position
-import runner  # pylint: disable=wrong-import-position
+import run_settings  # pylint: disable=wrong-import-position
 import tfrecord_io  # pylint: disable=wrong-import-position
 
 # Distinct synthetic batches, cycled: enough that the input is not one cached tensor.
@@ -145,7 +145,7 @@ def measure(args, config, n_gpus):
     tf.set_random_seed(1)
     dataset = tf.data.Dataset.from_tensor_slices(examples).repeat().batch(micro_batch)
     if not args.pad_to_max_seq_length:
-      multiple = runner.XLA_LENGTH_MULTIPLE if args.use_xla else 1
+      multiple = run_settings.XLA_LENGTH_MULTIPLE if args.use_xla else 1
       dataset = dataset.map(lambda batch: tfrecord_io.trim_to_longest(batch, multiple))
     features = tf.data.make_one_shot_iterator(dataset.prefetch(2)).get_next()
     ops = multigpu.build_training(

@@ -19,7 +19,7 @@ lists in five classes (体育 sports, 财经 finance, 科技 tech, 娱乐 entert
 
 Output depends only on --seed: the same bytes on every run (checked identical on
 Python 3.7 and 3.11).
-Uses the standard library and the project's atomic file writer (runner.py).
+Uses the standard library and the project's atomic file writer (output_files.py).
 
 Usage:
   python scripts/make_demo_data.py --output_dir /tmp/demo_data [--seed 12345]
@@ -33,7 +33,7 @@ import sys
 import unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from runner import atomic_write_text  # pylint: disable=wrong-import-position
+from output_files import atomic_write_text  # pylint: disable=wrong-import-position
 
 # Class names, in label-id order (labels.txt is written in this order).
 LABELS = ["体育", "财经", "科技", "娱乐", "美食"]

@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow.compat.v1 as tf
 
 import cli  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
@@ -157,7 +158,8 @@ def make_cases(root):
   case_id = "labels_txt_is_a_directory"
   cases[case_id] = classifier_case(
       root, case_id, {"train.tsv": tsv(ROWS)},
-      fragments=[os.path.join(root, case_id, "out", "labels.txt"), "Is a directory"])
+      fragments=[os.path.join(root, case_id, "out", "labels.txt"),
+                 "a directory is in the way"])
   os.makedirs(os.path.join(root, case_id, "out", "labels.txt"))
 
   # The disk fills up while the features are written (a file size limit stands in for
@@ -287,6 +289,26 @@ def test_bad_input_stops_with_one_error_line_before_training(runs, case_id):
     leftovers = [name for name in os.listdir(output_dir)
                  if name.startswith(("model.ckpt", "events.out", "checkpoint"))]
     assert leftovers == [], leftovers
+
+
+# --precision values refused on this CPU-only machine: fp16 (no GPU) everywhere, and bf16
+# on TF 1.x (no bfloat16 kernels).
+REFUSED_PRECISIONS = ["fp16"] + (["bf16"] if tf.__version__.startswith("1.") else [])
+
+
+@pytest.mark.parametrize("precision", REFUSED_PRECISIONS)
+@pytest.mark.parametrize("script", ["classifier", "squad"])
+def test_a_refused_precision_creates_no_output_dir(tmp_path, script, precision):
+  # The device check used to run after output_dir was claimed (the classifier had written
+  # its labels, model files and features by then).
+  if script == "classifier":
+    case = classifier_case(str(tmp_path), "c", {"train.tsv": tsv(ROWS), "dev.tsv": tsv(ROWS)},
+                           do_eval=True, precision=precision)
+  else:
+    case = squad_case(str(tmp_path), "s", GOOD_QUESTIONS, precision=precision)
+  result = cli.run_script(case.script, cli.flag_list(case.flags))
+  cli.assert_one_line_error(result, "--precision=%s needs" % precision)
+  assert not os.path.exists(case.flags["output_dir"])
 
 
 # ---------------------------------------------------------------------------

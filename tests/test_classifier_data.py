@@ -17,7 +17,7 @@ import tensorflow.compat.v1 as tf
 
 import classifier_data as rc  # pylint: disable=g-import-not-at-top
 import classifier_metrics  # pylint: disable=g-import-not-at-top
-from runner import UsageError  # pylint: disable=g-import-not-at-top
+from errors import UsageError  # pylint: disable=g-import-not-at-top
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
          "hello", "world", ",", "!", "un", "##aff", "##able", "中", "国", "人",
@@ -891,12 +891,12 @@ def test_label_list_that_cannot_be_written(tmp_path):
   # An IsADirectoryError traceback from the atomic writer.
   os.makedirs(str(tmp_path / "out" / "labels.txt"))
   assert_usage_error(lambda: rc.write_label_list(str(tmp_path / "out"), ["a", "b"]),
-                     str(tmp_path / "out" / "labels.txt"), "cannot write", "Is a directory")
+                     str(tmp_path / "out" / "labels.txt"), "cannot write", "a directory is in the way")
 
 
 def test_check_featurizing_inputs_before_output_dir_is_claimed(tmp_path):
   # The checks write_features makes, for run_classifier_mgpu.py to make before
-  # runner.lock_output_dir() (a bad value then creates no output_dir).
+  # output_files.lock_output_dir() (a bad value then creates no output_dir).
   vocab_file = write_vocab(tmp_path)
   rc.check_featurizing_inputs(3, vocab_file)
   assert_usage_error(lambda: rc.check_featurizing_inputs(2, vocab_file), "--max_seq_length=2")

@@ -29,7 +29,7 @@ SCRIPT_PATH = os.path.join(REPO_DIR, "create_pretraining_data.py")
 import cli  # pylint: disable=g-import-not-at-top
 import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
-from runner import UsageError  # pylint: disable=g-import-not-at-top
+from errors import UsageError  # pylint: disable=g-import-not-at-top
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # English words and their word pieces (the test's own tokenizer).
@@ -116,15 +116,23 @@ def read_records(path):
   return [tf.train.Example.FromString(record) for record in tf.io.tf_record_iterator(path)]
 
 
-def run_cpd(tmp_path, corpus_text, name="out", seed=12345, output_names=None, **kwargs):
-  """Writes the corpus and runs the pipeline in-process; returns (output paths, stats)."""
+def run_cpd(tmp_path, corpus_text, name="out", seed=12345, output_names=None,
+            stop_signals=None, progress_interval_seconds=cpd.DEFAULT_PROGRESS_INTERVAL_SECONDS,
+            **settings):
+  """Writes the corpus and runs the pipeline in-process; returns (output paths, stats).
+
+  `settings` are DataSettings fields, on top of the test's max_seq_length,
+  max_predictions_per_seq and dupe_factor=4.
+  """
   input_path = write_text(tmp_path / (name + ".txt"), corpus_text)
   outputs = [str(tmp_path / n) for n in (output_names or [name + ".tfrecord"])]
-  settings = dict(max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS,
-                  dupe_factor=4, random_seed=seed)
-  settings.update(kwargs)
-  stats = cpd.create_pretraining_data(input_path, ",".join(outputs), write_vocab(tmp_path),
-                                      **settings)
+  data_settings = cpd.DataSettings(
+      input_file=input_path, output_file=",".join(outputs), vocab_file=write_vocab(tmp_path),
+      max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=4,
+      random_seed=seed)
+  stats = cpd.create_pretraining_data(data_settings._replace(**settings),
+                                      stop_signals=stop_signals,
+                                      progress_interval_seconds=progress_interval_seconds)
   return outputs, stats
 
 
@@ -367,9 +375,10 @@ def test_reading_documents_bad_lines_and_counts(tmp_path):
     f.write(b"the cat sat .\n\xff\xfe bad line\nthe dog ran .\n\n\n\x01\x02\n\nbig red mat\n")
   write_text(tmp_path / "second.txt", "cats walks\n")
   output = str(tmp_path / "o.tfrecord")
-  stats = cpd.create_pretraining_data(
-      "%s,%s" % (first, tmp_path / "sec*.txt"), output, write_vocab(tmp_path),
-      max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=1)
+  stats = cpd.create_pretraining_data(cpd.DataSettings(
+      input_file="%s,%s" % (first, tmp_path / "sec*.txt"), output_file=output,
+      vocab_file=write_vocab(tmp_path), max_seq_length=MAX_SEQ_LENGTH,
+      max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=1))
   assert stats.skipped_lines == 1
   assert stats.first_skipped_line == "%s:2" % first
   assert stats.documents == 3
@@ -380,9 +389,32 @@ def test_reading_documents_bad_lines_and_counts(tmp_path):
 def test_no_documents_is_an_error(tmp_path):
   input_path = write_text(tmp_path / "blank.txt", "\n\n  \n")
   with pytest.raises(UsageError, match="no document"):
-    cpd.create_pretraining_data(input_path, str(tmp_path / "o.tfrecord"),
-                                write_vocab(tmp_path))
+    cpd.create_pretraining_data(cpd.DataSettings(
+        input_file=input_path, output_file=str(tmp_path / "o.tfrecord"),
+        vocab_file=write_vocab(tmp_path)))
   assert not os.path.exists(str(tmp_path / "o.tfrecord"))
+
+
+def test_data_settings_from_flags_names_every_field_with_the_same_defaults():
+  flag_values = tf.flags.FlagValues()
+  cpd.define_flags(flag_values)
+  flag_values(["create_pretraining_data.py", "--input_file=a.txt", "--output_file=o.tfrecord",
+               "--vocab_file=vocab.txt"])
+  settings = cpd.data_settings_from_flags(flag_values)
+  # The defaults are the flags' (Google's), but for num_workers: 1, Google's single
+  # stream, in code; 0, one per CPU core, on the command line.
+  assert settings == cpd.DataSettings(input_file="a.txt", output_file="o.tfrecord",
+                                      vocab_file="vocab.txt", num_workers=0)
+  flag_values(["create_pretraining_data.py", "--dupe_factor=3", "--masked_lm_prob=0.2",
+               "--nodo_lower_case", "--do_whole_word_mask", "--chinese_segmenter=jieba"])
+  settings = cpd.data_settings_from_flags(flag_values)
+  assert (settings.dupe_factor, settings.masked_lm_prob, settings.do_lower_case,
+          settings.do_whole_word_mask, settings.chinese_segmenter) == (3, 0.2, False, True,
+                                                                      "jieba")
+  per_instance = cpd.instance_settings(settings._replace(chinese_segmenter=None))
+  assert per_instance == cpd.InstanceSettings(
+      max_seq_length=128, short_seq_prob=0.1, masked_lm_prob=0.2, max_predictions_per_seq=20,
+      dupe_factor=3, do_whole_word_mask=True, random_seed=12345, chinese_segmenter="")
 
 
 def run_script(args):
@@ -871,11 +903,13 @@ def test_jieba_whole_word_masking_in_worker_processes(tmp_path):
   with open(vocab_file, encoding="utf-8") as f:
     vocab = f.read().split("\n")
   input_path = write_text(tmp_path / "raw.txt", text)
-  settings = dict(max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS,
-                  dupe_factor=3, num_workers=2, docs_per_chunk=12)
   whole = str(tmp_path / "whole.tfrecord")
-  cpd.create_pretraining_data(input_path, whole, vocab_file, do_whole_word_mask=True,
-                              chinese_segmenter="jieba", **settings)
+  settings = cpd.DataSettings(
+      input_file=input_path, output_file=whole, vocab_file=vocab_file,
+      max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=3,
+      num_workers=2, docs_per_chunk=12)
+  cpd.create_pretraining_data(settings._replace(do_whole_word_mask=True,
+                                                chinese_segmenter="jieba"))
   partial, full = jieba_split_groups(whole, vocab, documents, jieba)
   assert partial == 0
   assert full > 20
@@ -889,7 +923,7 @@ def test_jieba_whole_word_masking_in_worker_processes(tmp_path):
   assert masked > 0.9 * budget
   # Character masking splits jieba's words, so the check above can fail.
   pieces = str(tmp_path / "pieces.tfrecord")
-  cpd.create_pretraining_data(input_path, pieces, vocab_file, **settings)
+  cpd.create_pretraining_data(settings._replace(output_file=pieces))
   assert jieba_split_groups(pieces, vocab, documents, jieba)[0] > 0
 
 
@@ -926,8 +960,9 @@ def cpd_on_file(tmp_path, input_path, output=None, **kwargs):
   settings = dict(max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS,
                   dupe_factor=1)
   settings.update(kwargs)
-  return cpd.create_pretraining_data(input_path, output or str(tmp_path / "o.tfrecord"),
-                                     write_vocab(tmp_path), **settings)
+  return cpd.create_pretraining_data(cpd.DataSettings(
+      input_file=input_path, output_file=output or str(tmp_path / "o.tfrecord"),
+      vocab_file=write_vocab(tmp_path), **settings))
 
 
 def test_a_gbk_corpus_is_an_error_not_a_silently_thinned_corpus(tmp_path):

@@ -7,9 +7,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import modeling
-import runner
 import run_pretraining_mgpu
+import run_settings
 import run_squad_mgpu
+import runner
 import tfrecord_io
 from tiny_model import (FEATURE_SPEC, SEQ, TINY_CONFIG, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
                         write_records)
@@ -57,9 +58,9 @@ def initial_checkpoint(tmp_path):
 
 def final_weights(tmp_path, name, length_multiple, learning_rate=1e-2):
   record_file = str(tmp_path / "train.tf_record")
-  config = runner.RunConfig(output_dir=str(tmp_path / name), n_gpus=2, train_batch_size=4,
-                            num_train_steps=4, learning_rate=learning_rate, random_seed=3,
-                            init_checkpoint=initial_checkpoint(tmp_path), plan=cpu_plan(2))
+  config = run_settings.RunConfig(output_dir=str(tmp_path / name), n_gpus=2, train_batch_size=4,
+                                  num_train_steps=4, learning_rate=learning_rate, random_seed=3,
+                                  init_checkpoint=initial_checkpoint(tmp_path), plan=cpu_plan(2))
   checkpoint = runner.train(config, classifier_model_fn(), lambda skip: tfrecord_io.make_dataset(
       [record_file], FEATURE_SPEC, 8, True, seed=5, skip_batches=skip,
       length_multiple=length_multiple))

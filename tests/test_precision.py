@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import errors
 import mixed_precision
 import multigpu
 import optimization
-import runner
+import run_settings
 from tiny_model import classifier_model_fn, cpu_plan, random_batch
 
 TF2 = tf.__version__.startswith("2")
@@ -141,10 +142,10 @@ def test_towers_compile_with_xla():
 
 
 def test_a_precision_the_platform_lacks_is_refused():
-  with pytest.raises(runner.UsageError, match=r"^--precision=fp16 needs a GPU"):
-    runner.check_precision("fp16", cpu_plan(1))
+  with pytest.raises(errors.UsageError, match=r"^--precision=fp16 needs a GPU"):
+    run_settings.check_precision("fp16", cpu_plan(1))
   if TF2:
-    runner.check_precision("bf16", cpu_plan(1))
+    run_settings.check_precision("bf16", cpu_plan(1))
   else:
-    with pytest.raises(runner.UsageError, match=r"^--precision=bf16 needs TensorFlow 2\.x"):
-      runner.check_precision("bf16", cpu_plan(1))
+    with pytest.raises(errors.UsageError, match=r"^--precision=bf16 needs TensorFlow 2\.x"):
+      run_settings.check_precision("bf16", cpu_plan(1))

@@ -738,8 +738,8 @@ def test_a_second_run_on_a_locked_output_dir_is_refused(demo_data, tmp_path):
     assert first.wait() == -signal.SIGKILL
   # The kernel dropped the killed run's lock: a new run may take it at once.
   take_lock = subprocess.run(
-      [sys.executable, "-c", "import runner; runner.lock_output_dir(%r); print('locked')" %
-       output_dir], cwd=cli.REPO_DIR, env=cli.script_env(), stdout=subprocess.PIPE,
+      [sys.executable, "-c",
+       "import output_files; output_files.lock_output_dir(%r); print('locked')" % output_dir], cwd=cli.REPO_DIR, env=cli.script_env(), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, encoding="utf-8", timeout=120)
   assert take_lock.returncode == 0 and take_lock.stdout.strip() == "locked", take_lock.stderr
 

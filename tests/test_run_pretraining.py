@@ -91,10 +91,10 @@ def workspace(tmp_path_factory):
     json.dump(config, f)
   data_dir = os.path.join(root, "data")
   os.makedirs(data_dir)
-  create_pretraining_data.create_pretraining_data(
-      corpus, os.path.join(data_dir, "train.tfrecord"), vocab_file,
-      max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=5,
-      num_workers=1)
+  create_pretraining_data.create_pretraining_data(create_pretraining_data.DataSettings(
+      input_file=corpus, output_file=os.path.join(data_dir, "train.tfrecord"),
+      vocab_file=vocab_file, max_seq_length=MAX_SEQ_LENGTH,
+      max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=5, num_workers=1))
   # An untrained checkpoint: the baseline to evaluate and the start of training.
   bert_config = modeling.BertConfig.from_dict(config)
   init_checkpoint = os.path.join(root, "init", "model.ckpt")
@@ -220,6 +220,18 @@ def test_wrong_record_length_is_reported(workspace):
   assert "feature input_ids has %d values, expected 48" % MAX_SEQ_LENGTH in log
   assert "--max_seq_length=%d" % MAX_SEQ_LENGTH in log
   assert_one_error_line(log)
+
+
+@pytest.mark.parametrize("precision", ["fp16"] + (["bf16"] if tf.__version__.startswith("1.")
+                                                  else []))
+def test_a_refused_precision_creates_no_output_dir(workspace, precision):
+  output_dir = os.path.join(workspace["root"], "refused_" + precision)
+  code, log = run_script(common_args(workspace, output_dir) + [
+      "--do_train", "--num_train_steps=2", "--precision=" + precision])
+  assert code == 1, log
+  assert "error: --precision=%s needs" % precision in log
+  assert_one_error_line(log)
+  assert not os.path.exists(output_dir)
 
 
 def numpy_heads(weights, config, features):

@@ -12,8 +12,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags as absl_flags
 
-import tfrecord_io
+import command_line
+import errors
+import output_files
+import run_settings
 import runner
+import tfrecord_io
 from tiny_model import (FEATURE_SPEC, NUM_LABELS, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
                         random_batch, records_file, train_dataset_fn, write_records)
 
@@ -21,10 +25,11 @@ from tiny_model import (FEATURE_SPEC, NUM_LABELS, classifier_model_fn, cpu_plan,
 def run_config(output_dir, num_towers, global_batch, num_train_steps, **fields):
   """A RunConfig on `num_towers` logical CPU devices with global batch `global_batch`."""
   fields.setdefault("learning_rate", 1e-3)
-  return runner.RunConfig(output_dir=str(output_dir), n_gpus=num_towers,
-                          train_batch_size=global_batch // num_towers,
-                          eval_batch_size=global_batch // num_towers,
-                          num_train_steps=num_train_steps, plan=cpu_plan(num_towers), **fields)
+  return run_settings.RunConfig(output_dir=str(output_dir), n_gpus=num_towers,
+                                train_batch_size=global_batch // num_towers,
+                                eval_batch_size=global_batch // num_towers,
+                                num_train_steps=num_train_steps, plan=cpu_plan(num_towers),
+                                **fields)
 
 
 def test_inference_keeps_every_example_of_a_partial_last_batch(tmp_path):
@@ -83,7 +88,7 @@ def test_resumed_training_ends_where_an_uninterrupted_run_does(tmp_path):
 def test_non_finite_step_stops_without_a_new_checkpoint(tmp_path, model_option, message):
   record_file = records_file(tmp_path, seed=4, num_examples=16)
   output_dir = str(tmp_path / "model")
-  with pytest.raises(runner.TrainingDiverged, match=message):
+  with pytest.raises(errors.TrainingDiverged, match=message):
     runner.train(run_config(output_dir, 2, 8, 3, save_checkpoints_steps=1),
                  classifier_model_fn(**{model_option: True}), train_dataset_fn(record_file, 8))
   assert tf.train.latest_checkpoint(output_dir) is None
@@ -126,7 +131,7 @@ def test_expand_input_files_globs_directories_and_names_a_pattern_that_matches_n
       os.path.join(directory, n) for n in ("notes.txt", "a.tfrecord", "b.tfrecord")]
   # A directory that does not exist raised NotFoundError from tf.gfile.Glob on TF 1.15.
   for flag in ("", directory + "/missing_dir/*.txt", directory + "/*.csv"):
-    with pytest.raises(runner.UsageError, match="--input_file"):
+    with pytest.raises(errors.UsageError, match="--input_file"):
       tfrecord_io.expand_input_files(flag)
 
 
@@ -156,39 +161,39 @@ def classifier_flags(**overrides):
 
 
 def test_run_config_does_the_batch_and_step_arithmetic_once():
-  config = runner.make_run_config(classifier_flags(), num_train_examples=1000)
+  config = run_settings.make_run_config(classifier_flags(), num_train_examples=1000)
   assert config.num_towers == 4
   assert config.micro_batch_size == 16 and config.global_batch_size == 48
   assert config.global_eval_batch_size == 20 and config.global_predict_batch_size == 24
   assert config.num_train_steps == 41  # int(1000 x 2 / 48)
   assert config.num_warmup_steps == 4
   # Pretraining counts steps itself.
-  pretraining = runner.make_run_config(classifier_flags(num_train_steps=7, num_warmup_steps=2))
+  pretraining = run_settings.make_run_config(classifier_flags(num_train_steps=7, num_warmup_steps=2))
   assert (pretraining.num_train_steps, pretraining.num_warmup_steps) == (7, 2)
   # Without --do_train there are no steps to count, and no training set is needed.
-  assert runner.make_run_config(classifier_flags(do_train=False)).num_train_steps == 0
+  assert run_settings.make_run_config(classifier_flags(do_train=False)).num_train_steps == 0
 
 
 def test_less_than_one_global_batch_is_a_usage_error():
-  with pytest.raises(runner.UsageError, match=r"^47 training questions x 1 epochs is less "
+  with pytest.raises(errors.UsageError, match=r"^47 training questions x 1 epochs is less "
                      r"than one global batch of 48: lower --train_batch_size"):
-    runner.make_run_config(classifier_flags(num_train_epochs=1.0), num_train_examples=47,
-                           example_noun="training questions")
+    run_settings.make_run_config(classifier_flags(num_train_epochs=1.0), num_train_examples=47,
+                                 example_noun="training questions")
 
 
 def test_a_script_without_predict_flags_gets_the_default_batch():
   values = classifier_flags()
   del values.__dict__["predict_batch_size"]
-  config = runner.make_run_config(values, num_train_examples=1000)
+  config = run_settings.make_run_config(values, num_train_examples=1000)
   assert config.global_predict_batch_size == 8 * config.num_towers
 
 
 def test_forked_workers_drop_their_copy_of_the_output_dir_lock(tmp_path):
   # A featurizing worker that outlived a killed run used to keep output_dir locked.
   output_dir = str(tmp_path / "locked")
-  runner.lock_output_dir(output_dir)
+  output_files.lock_output_dir(output_dir)
   try:
-    fd = runner._held_locks[os.path.abspath(output_dir)]  # pylint: disable=protected-access
+    fd = output_files._held_locks[os.path.abspath(output_dir)]  # pylint: disable=protected-access
     pid = os.fork()
     if pid == 0:  # the child: its copy of the lock fd must be closed
       try:
@@ -199,14 +204,14 @@ def test_forked_workers_drop_their_copy_of_the_output_dir_lock(tmp_path):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child kept the lock fd"
     # The child closing its copy did not release the parent's lock.
-    probe = os.open(os.path.join(output_dir, runner.LOCK_FILE_NAME), os.O_RDWR)
+    probe = os.open(os.path.join(output_dir, output_files.LOCK_FILE_NAME), os.O_RDWR)
     try:
       with pytest.raises(OSError):
-        runner.fcntl.flock(probe, runner.fcntl.LOCK_EX | runner.fcntl.LOCK_NB)
+        output_files.fcntl.flock(probe, output_files.fcntl.LOCK_EX | output_files.fcntl.LOCK_NB)
     finally:
       os.close(probe)
   finally:
-    os.close(runner._held_locks.pop(os.path.abspath(output_dir)))  # pylint: disable=protected-access
+    os.close(output_files._held_locks.pop(os.path.abspath(output_dir)))  # pylint: disable=protected-access
 
 
 def test_run_config_logs_the_device_mapping():
@@ -230,14 +235,14 @@ def strict_flag_values():
     (["--n_gpus=x"], r"n_gpus.*x"),
 ])
 def test_command_line_is_parsed_strictly(argv, message):
-  with pytest.raises(runner.UsageError, match=message):
-    runner.check_command_line(["script.py"] + argv, strict_flag_values())
+  with pytest.raises(errors.UsageError, match=message):
+    command_line.check_command_line(["script.py"] + argv, strict_flag_values())
 
 
 def test_undefok_lets_a_command_line_keep_an_unknown_flag():
   flag_values = strict_flag_values()
-  runner.check_command_line(["script.py", "--n_gpu=2", "--undefok=n_gpu", "--nodo_train"],
-                            flag_values)
+  command_line.check_command_line(["script.py", "--n_gpu=2", "--undefok=n_gpu", "--nodo_train"],
+                                  flag_values)
   assert flag_values.n_gpus == 1 and not flag_values.do_train
 
 
@@ -334,7 +339,7 @@ def test_a_signal_when_training_ends_still_stops_the_run(tmp_path, metric_values
                                                         signal_at_call, stop_step):
   record_file = records_file(tmp_path, seed=6, num_examples=16)
   output_dir = str(tmp_path / "model")
-  with pytest.raises(runner.Preempted, match=r"Stopped by SIGTERM after training ended "
+  with pytest.raises(errors.Preempted, match=r"Stopped by SIGTERM after training ended "
                      r"\(step %d\); saved .*model\.ckpt-%d\. Run the same command again to "
                      r"evaluate and predict\." % (stop_step, stop_step)):
     runner.train(run_config(output_dir, 1, 8, 3, save_checkpoints_steps=1), classifier_model_fn(),

@@ -16,8 +16,8 @@ import random
 import numpy as np
 import pytest
 
+import errors
 import reference_tokenizer
-import runner
 import squad_data
 import squad_scoring
 import tokenization
@@ -918,7 +918,7 @@ def write_raw(tmp_path, content, name="bad.json"):
 
 
 def read_error(path, is_training=True, version_2=False):
-  with pytest.raises(runner.UsageError) as info:
+  with pytest.raises(errors.UsageError) as info:
     squad_data.read_squad_examples(path, is_training, version_2)
   message = str(info.value)
   assert path in message
@@ -942,7 +942,7 @@ def test_invalid_json_names_the_file(tmp_path):
   assert "line 2" in read_error(write_raw(tmp_path, b'{"data": []\n\xff\xfe}', "latin.json"))
   read_error(write_raw(tmp_path, u'{"version": "1.1"}', name="nodata.json"))
   read_error(write_raw(tmp_path, u'[1, 2]', name="list.json"))
-  with pytest.raises(runner.UsageError) as info:
+  with pytest.raises(errors.UsageError) as info:
     squad_data.read_squad_examples(str(tmp_path / "missing.json"), True, False)
   assert "missing.json" in str(info.value)
 
@@ -1070,7 +1070,7 @@ def test_is_impossible_must_be_a_json_boolean(tmp_path, value):
   data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = value
   with open(path, "w", encoding="utf-8") as f:
     json.dump(data, f)
-  with pytest.raises(runner.UsageError, match=r"qas\[0\]\.is_impossible is"):
+  with pytest.raises(errors.UsageError, match=r"qas\[0\]\.is_impossible is"):
     squad_data.read_squad_examples(path, True, True)
 
 
@@ -1190,7 +1190,7 @@ def test_vocab_without_special_tokens_is_a_usage_error(tmp_path):
                      [t for t in SPECIAL_TOKENS if t != "[CLS]"] + [u"北", u"京"])
   no_cls = tokenization.FullTokenizer(path, do_lower_case=True)
   example = squad_data.SquadExample("q", u"北京", u"北京")
-  with pytest.raises(runner.UsageError) as info:
+  with pytest.raises(errors.UsageError) as info:
     list(squad_data.convert_examples_to_features([example], no_cls, 16, 8, 4, False,
                                                  collections.Counter()))
   assert "[CLS]" in str(info.value) and "--vocab_file" in str(info.value)
@@ -1203,7 +1203,7 @@ def test_write_features_names_a_refused_write(tmp_path, tokenizer):
   example = squad_data.SquadExample("q", u"北京", u"北京是中国的首都")
   features = squad_data.convert_examples_to_features([example], tokenizer, 16, 8, 4, False,
                                                      collections.Counter())
-  with pytest.raises(runner.UsageError) as info:
+  with pytest.raises(errors.UsageError) as info:
     squad_data.write_features(features, record_path, False, keep_metadata=True)
   assert record_path in str(info.value) and "directory" in str(info.value)
   assert os.listdir(str(tmp_path)) == ["train.tf_record"]  # no temp file left

@@ -1,0 +1,230 @@
+# coding=utf-8
+"""Checkpoints: which weights a run starts from or predicts with, saving them whole, and
+the best one kept in output_dir/best.
+
+A save or a copy that the file system refuses (disk full) becomes one UsageError naming
+the path, and leaves no partial file under a name that a later run or a user reads: the
+previous checkpoint stays the latest, and the same command resumes once there is room.
+"""
+
+import glob
+import json
+import os
+import shutil
+
+import tensorflow.compat.v1 as tf
+
+import modeling
+import multigpu
+import output_files
+from errors import UsageError, write_error
+
+BEST_SUBDIR = "best"
+
+
+def checkpoint_global_step(checkpoint_path):
+  """The global_step stored in a checkpoint (0 for one without, like Google's releases)."""
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  if reader.has_tensor("global_step"):
+    return int(reader.get_tensor("global_step"))
+  return 0
+
+
+def latest_checkpoint(directory):
+  """The newest checkpoint that `directory`'s `checkpoint` file names, or None."""
+  return tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+
+
+def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None):
+  """The weights to evaluate or predict with, and a phrase saying why.
+
+  output_dir/<best_subdir> when given and holding a checkpoint, else the latest checkpoint
+  in output_dir, else init_checkpoint.
+
+  Raises:
+    UsageError: none of them exists.
+  """
+  if best_subdir:
+    best_dir = os.path.join(output_dir, best_subdir)
+    best = latest_checkpoint(best_dir)
+    if best:
+      return best, "the best dev checkpoint, kept in %s" % best_dir
+  latest = latest_checkpoint(output_dir)
+  if latest:
+    return latest, "the latest checkpoint in --output_dir"
+  if init_checkpoint:
+    return init_checkpoint, "--init_checkpoint (no checkpoint in --output_dir)"
+  raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train first "
+                   "(--do_train) or point --output_dir at a trained model." % output_dir)
+
+
+def init_from_checkpoint(init_checkpoint):
+  """Initialises the graph's trainable variables that `init_checkpoint` holds.
+
+  Returns:
+    The names of the trainable variables it did not hold (a new task head, say).
+
+  Raises:
+    UsageError: missing checkpoint, or a variable whose shape differs from the checkpoint's.
+  """
+  trainable = set(v.op.name for v in tf.trainable_variables())
+  tvars = [v for v in multigpu.saveable_variables() if v.op.name in trainable]
+  try:
+    assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(
+        tvars, init_checkpoint)
+  except ValueError as e:
+    raise UsageError("--init_checkpoint=%s: %s" % (init_checkpoint, e))
+  tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
+  return [v.op.name for v in tvars if v.op.name not in initialized]
+
+
+def lacking_variables_error(checkpoint, missing, what, advice):
+  """The UsageError for a checkpoint that lacks `missing` (variable names) of a model.
+
+  Args:
+    what: the model, e.g. "this model's", "BERT's", "the classifier's".
+    advice: what to do instead, one sentence.
+  """
+  shown = ", ".join(missing[:3] + ["..."] * (len(missing) > 3))
+  return UsageError("%s lacks %d of %s variables (%s): %s" % (
+      checkpoint, len(missing), what, shown, advice))
+
+
+def missing_variables(checkpoint, variables):
+  """The names of `variables` that `checkpoint` does not hold."""
+  saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+  return [v.op.name for v in variables if v.op.name not in saved]
+
+
+# ---------------------------------------------------------------------------
+# Saving
+# ---------------------------------------------------------------------------
+
+def _checkpoint_files(prefix):
+  """The files of checkpoint `prefix`, and the temp files TensorFlow writes them through."""
+  return glob.glob(glob.escape(prefix) + ".*") + glob.glob(glob.escape(prefix) + "_temp*")
+
+
+def save(saver, sess, output_dir, step):
+  """Saves the variables as output_dir/model.ckpt-<step> and names it the latest.
+
+  Returns:
+    The checkpoint path.
+
+  Raises:
+    UsageError: the file system refused a write; this step's partial files are removed,
+      and the `checkpoint` file still names the previous checkpoint.
+  """
+  prefix = os.path.join(output_dir, "model.ckpt-%d" % step)
+  try:
+    path = saver.save(sess, os.path.join(output_dir, "model.ckpt"), global_step=step,
+                      write_meta_graph=False)
+  except (tf.errors.OpError, OSError) as e:
+    latest = latest_checkpoint(output_dir)
+    if latest is None or os.path.basename(latest) != os.path.basename(prefix):
+      for partial in _checkpoint_files(prefix):
+        output_files.remove_quietly(partial)
+    raise write_error(prefix, e)
+  tf.logging.info("Saved %s", path)
+  return path
+
+
+def restore(saver, sess, checkpoint, output_dir):
+  """Restores `checkpoint` and lets `saver` (keep_checkpoint_max) delete the checkpoints
+  written before the restart too."""
+  saver.restore(sess, checkpoint)
+  state = tf.train.get_checkpoint_state(output_dir)
+  if state is not None:
+    saver.recover_last_checkpoints(state.all_model_checkpoint_paths)
+
+
+def training_finished(config):
+  """True when output_dir already holds a checkpoint at config.num_train_steps or later."""
+  latest = latest_checkpoint(config.output_dir)
+  if latest and checkpoint_global_step(latest) >= config.num_train_steps:
+    tf.logging.info("%s is already at step %d of %d: nothing to train.", latest,
+                    checkpoint_global_step(latest), config.num_train_steps)
+    return True
+  return False
+
+
+# ---------------------------------------------------------------------------
+# The best checkpoint
+# ---------------------------------------------------------------------------
+
+class BestCheckpoint(object):
+  """Keeps a copy of the best-scoring checkpoint in output_dir/best, across restarts.
+
+  best/ holds the checkpoint's files, a `checkpoint` file naming it, and best_metric.json
+  (the metric, its value and the evaluations since). A new best replaces the whole
+  directory at once (output_files.replace_directory), so best/ is always one complete
+  checkpoint, even when the disk fills during the copy.
+  """
+
+  def __init__(self, output_dir, metric, resuming):
+    """Args: output_dir; metric: the key to maximise; resuming: whether training resumes.
+
+    The stored state counts only when the run resumes with the same metric: a run from
+    scratch, or one that maximises another metric, starts a new record (and best/ is
+    replaced by its first evaluation).
+    """
+    self.metric = metric
+    self.directory = os.path.join(output_dir, BEST_SUBDIR)
+    self.best = None
+    self.evals_since_best = 0
+    output_files.recover_directory(self.directory)
+    state_file = os.path.join(self.directory, "best_metric.json")
+    if resuming and os.path.isfile(state_file):
+      with open(state_file, encoding="utf-8") as f:
+        state = json.load(f)
+      if state.get("metric") == metric:
+        self.best, self.evals_since_best = state["value"], state["evals_since_best"]
+
+  def _state_json(self, checkpoint_name):
+    return json.dumps({"metric": self.metric, "value": self.best,
+                       "evals_since_best": self.evals_since_best,
+                       "checkpoint": checkpoint_name})
+
+  def _fill(self, checkpoint_path, directory):
+    """Writes the checkpoint's files, its `checkpoint` file and the state into
+    `directory`."""
+    for source in glob.glob(glob.escape(checkpoint_path) + ".*"):
+      shutil.copyfile(source, os.path.join(directory, os.path.basename(source)))
+    # A bare file name, so output_dir can be moved or copied (as save_relative_paths). The
+    # directory must be absolute: with a relative one, TF rewrites the name relative to
+    # the working directory (docs/FORMATS.md 9).
+    name = os.path.basename(checkpoint_path)
+    try:
+      tf.train.update_checkpoint_state(os.path.abspath(directory), name,
+                                       all_model_checkpoint_paths=[name])
+    except tf.errors.OpError as e:
+      raise OSError(e.message.split("\n")[0])
+    with open(os.path.join(directory, "best_metric.json"), "w", encoding="utf-8") as f:
+      f.write(self._state_json(name))
+
+  def update(self, checkpoint_path, metrics):
+    """Records an evaluation; copies the checkpoint when it is a new best. Returns True then.
+
+    Raises:
+      UsageError: the file system refused a write; best/ keeps its previous content.
+    """
+    value = metrics[self.metric]
+    improved = self.best is None or value > self.best
+    if improved:
+      previous = (self.best, self.evals_since_best)
+      self.best, self.evals_since_best = value, 0
+      try:
+        output_files.replace_directory(
+            self.directory, lambda directory: self._fill(checkpoint_path, directory))
+      except UsageError:
+        self.best, self.evals_since_best = previous
+        raise
+    else:
+      self.evals_since_best += 1
+      output_files.atomic_write_text(os.path.join(self.directory, "best_metric.json"),
+                                     self._state_json(None))
+    return improved
+
+  def stopped_early(self, patience):
+    """True when `patience` (> 0) evaluations in a row brought no new best."""
+    return bool(patience) and self.evals_since_best >= patience

@@ -1,0 +1,329 @@
+# coding=utf-8
+"""The command line every run script shares: flags, their checks, and main().
+
+- define_shared_flags(): Google's flags a script picks (with Google's names and defaults),
+  the device flags (define_device_flags(), also for predict_text.py and
+  extract_features.py) and the runner's own.
+- check_run_flags(): the checks that need no file but the init checkpoint; then
+  run_settings.make_run_config() makes the device check. Both run before anything is
+  written.
+- load_bert_config(), load_tokenizer(), require_file(): the model files, checked.
+- run_main(): strict parsing (a misspelt flag is an error, not ignored), and one line on
+  stderr for a UsageError or a preemption instead of a traceback.
+"""
+
+import collections
+import difflib
+import signal
+import sys
+
+import numpy as np
+import tensorflow.compat.v1 as tf
+from absl import app as absl_app
+
+import mixed_precision
+import modeling
+import multigpu
+import run_settings
+import tokenization
+from errors import Preempted, UsageError
+
+# name -> (kind, default, help). Google's names and defaults (docs/FORMATS.md 8); a script
+# picks the ones it has and may change a default (run_squad's max_seq_length is 384).
+_SHARED_FLAGS = collections.OrderedDict([
+    ("bert_config_file", ("string", None, "bert_config.json of the pre-trained model.")),
+    ("vocab_file", ("string", None, "vocab.txt of the pre-trained model.")),
+    ("output_dir", ("string", None, "Checkpoints, TensorBoard events and every output file "
+                    "go here.")),
+    ("init_checkpoint", ("string", None, "Checkpoint to start from, e.g. "
+                         "chinese_L-12_H-768_A-12/bert_model.ckpt.")),
+    ("do_lower_case", ("bool", True, "Lower-case the input (True for uncased and Chinese "
+                       "models).")),
+    ("max_seq_length", ("integer", 128, "Tokens per example after WordPiece, with [CLS] and "
+                        "[SEP]; longer inputs are truncated, shorter ones padded.")),
+    ("do_train", ("bool", False, "Train.")),
+    ("do_eval", ("bool", False, "Evaluate (at every checkpoint when training too, and at "
+                 "the end).")),
+    ("do_predict", ("bool", False, "Predict.")),
+    ("train_batch_size", ("integer", 32, "Training batch size PER TOWER.")),
+    ("eval_batch_size", ("integer", 8, "Eval batch size per tower.")),
+    ("predict_batch_size", ("integer", 8, "Predict batch size per tower.")),
+    ("learning_rate", ("float", 5e-5, "Peak learning rate.")),
+    ("num_train_epochs", ("float", 3.0, "Epochs over the training set.")),
+    ("warmup_proportion", ("float", 0.1, "Share of the steps spent warming up.")),
+    ("save_checkpoints_steps", ("integer", 1000, "Save (and evaluate) every this many "
+                                "steps.")),
+])
+
+# Integer flags that must be at least 1 wherever a script defines them.
+# (--n_gpus and --towers_per_gpu: multigpu.plan_devices checks them, for every caller.)
+_POSITIVE_FLAGS = ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                   "save_checkpoints_steps", "log_steps", "accumulation_steps",
+                   "max_seq_length", "worker_timeout_secs", "worker_startup_timeout_secs")
+
+
+def define_shared_flags(names, **defaults):
+  """Defines the shared flags `names` (with `defaults` overriding theirs), the device
+  flags and the runner's.
+
+  Called from a script's define_flags(), which runs only under __main__, so that the
+  modules can be imported together (a flag may be defined once per process).
+
+  The runner's flags are the multi-GPU ones and Google's TPU flags; the TPU flags are
+  accepted so that users' command lines parse, and --use_tpu=true is refused.
+  """
+  flags = tf.flags
+  definers = {"string": flags.DEFINE_string, "bool": flags.DEFINE_bool,
+              "integer": flags.DEFINE_integer, "float": flags.DEFINE_float}
+  for name in names:
+    kind, default, help_text = _SHARED_FLAGS[name]
+    definers[kind](name, defaults.pop(name, default), help_text)
+  if defaults:
+    raise ValueError("defaults for flags not defined: %s" % sorted(defaults))
+  flags.DEFINE_bool("use_tpu", False, "Not supported; accepted so that command lines parse.")
+  for name in ("tpu_name", "tpu_zone", "gcp_project", "master"):
+    flags.DEFINE_string(name, None, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unused.")
+  flags.DEFINE_integer("iterations_per_loop", 1000, "Accepted for Google compatibility (TPU "
+                       "only); unused.")
+  define_device_flags(training=True)
+  flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, shuffling and dropout.")
+  flags.DEFINE_enum("optimizer", "adamw", ["adamw", "radam", "lamb"], "The optimizer.")
+  flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep in output_dir (0: all).")
+  flags.DEFINE_integer("log_steps", 100, "Log progress every this many steps.")
+  flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches whose gradients are averaged "
+                       "into one update.")
+
+def define_device_flags(training=False):
+  """Defines the flags of run_settings.DeviceSettings: towers, precision, XLA, padding.
+
+  Args:
+    training: also the flags only training has: where the variables live and how
+      gradients meet, and the workers of a multi-worker run.
+  """
+  flags = tf.flags
+  flags.DEFINE_integer("n_gpus", 1, "GPUs to use. With none visible, towers run on logical "
+                       "CPU devices.")
+  flags.DEFINE_integer("towers_per_gpu", 1, "Model replicas (towers) on each GPU.")
+  flags.DEFINE_enum("precision", "fp32", list(mixed_precision.PRECISIONS), "Compute "
+                    "precision: fp32; bf16 (Ampere-or-newer GPUs, CPUs with bf16 units); fp16 "
+                    "with dynamic loss scaling (V100/T4-class GPUs). Weights stay float32.")
+  flags.DEFINE_bool("use_xla", False, "Compile each tower's step with XLA (for GPUs).")
+  flags.DEFINE_bool("pad_to_max_seq_length", False, "Pad every batch to --max_seq_length "
+                    "instead of to its longest example (the old behaviour; slower on short "
+                    "texts).")
+  if not training:
+    return
+  flags.DEFINE_bool("variables_on_gpu", False, "The old name of --variable_update=gpu0.")
+  flags.DEFINE_enum("variable_update", "host", list(multigpu.VARIABLE_UPDATES),
+                    "Where the variables live and how gradients meet: host (one copy on the "
+                    "CPU; the default), gpu0 (one copy on GPU 0), replicated (a copy on every "
+                    "GPU, gradients summed by an NCCL/ring all-reduce). docs/SCALING.md says "
+                    "which to choose.")
+  flags.DEFINE_string("worker_hosts", None, "Several machines: every worker's host:port, "
+                      "comma-separated, the same list on each (worker 0 is the chief). "
+                      "Needs --variable_update=replicated. Or set TF_CONFIG.")
+  flags.DEFINE_integer("task_index", 0, "This worker's index in --worker_hosts.")
+  flags.DEFINE_integer("worker_timeout_secs", 60, "A worker unreachable for this long stops "
+                       "the others with an error naming it.")
+  flags.DEFINE_integer("worker_startup_timeout_secs", 600, "How long a worker waits at the "
+                       "start for the others to come up.")
+
+
+def _flag_value(flag_values, name, default=None):
+  """The value of flag `name`, or `default` when the script does not define it."""
+  return getattr(flag_values, name) if name in flag_values else default
+
+
+def check_positive(flag_values, names=()):
+  """Raises UsageError unless the integer flags `names`, and the shared ones that must be
+  (batch sizes, --n_gpus...), are at least 1 wherever the script defines them."""
+  for name in tuple(_POSITIVE_FLAGS) + tuple(names):
+    value = _flag_value(flag_values, name)
+    if value is not None and value < 1:
+      raise UsageError("--%s=%d: it must be at least 1." % (name, value))
+
+
+def check_run_flags(flag_values, positive_flag_names=()):
+  """Checks the flags every run script shares, before any work. Raises UsageError.
+
+  Args:
+    flag_values: tf.flags.FLAGS.
+    positive_flag_names: the script's own integer flags that must be at least 1.
+  """
+  if _flag_value(flag_values, "use_tpu"):
+    raise UsageError("--use_tpu=true: bert-mgpu does not run on TPUs. Drop --use_tpu and set "
+                     "--n_gpus to the GPUs to use.")
+  check_positive(flag_values, positive_flag_names)
+  learning_rate = _flag_value(flag_values, "learning_rate")
+  if learning_rate is not None and not (np.isfinite(learning_rate) and learning_rate > 0):
+    raise UsageError("--learning_rate=%s: it must be a positive number, e.g. 5e-5." %
+                     learning_rate)
+  epochs = _flag_value(flag_values, "num_train_epochs")
+  if epochs is not None and not (np.isfinite(epochs) and epochs > 0):
+    raise UsageError("--num_train_epochs=%s: it must be a positive number." % epochs)
+  warmup = _flag_value(flag_values, "warmup_proportion")
+  if warmup is not None and not 0 <= warmup <= 1:
+    raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "
+                     "to 1 (e.g. 0.1)." % warmup)
+  if _flag_value(flag_values, "keep_checkpoint_max", 0) < 0:
+    raise UsageError("--keep_checkpoint_max=%d: use 0 (keep all) or more." %
+                     flag_values.keep_checkpoint_max)
+  workers = run_settings.run_cluster(flag_values)
+  if workers is not None and not workers.is_chief:
+    return  # a non-chief worker reads neither output_dir nor the init checkpoint
+  if "output_dir" in flag_values:
+    _check_output_dir(flag_values.output_dir)
+  _check_init_checkpoint(flag_values)
+
+
+def _check_output_dir(output_dir):
+  if not output_dir:
+    raise UsageError("--output_dir is required.")
+  if "://" in output_dir:
+    raise UsageError("--output_dir=%s: give a local directory. The atomic writes and the "
+                     "run lock need a local file system; copy the directory to %s after the "
+                     "run." % (output_dir, output_dir.split("://")[0] + "://..."))
+  if tf.gfile.Exists(output_dir) and not tf.gfile.IsDirectory(output_dir):
+    raise UsageError("--output_dir=%s is a file, not a directory: give a directory path." %
+                     output_dir)
+
+
+def _check_init_checkpoint(flag_values):
+  init_checkpoint = _flag_value(flag_values, "init_checkpoint")
+  if init_checkpoint and not tf.gfile.Exists(init_checkpoint + ".index"):
+    raise UsageError("--init_checkpoint=%s: no checkpoint there (expected %s.index). Give the "
+                     "path without the .index/.data suffix, e.g. "
+                     "chinese_L-12_H-768_A-12/bert_model.ckpt." %
+                     (init_checkpoint, init_checkpoint))
+  if init_checkpoint and "do_lower_case" in flag_values:
+    try:
+      tokenization.validate_case_matches_checkpoint(flag_values.do_lower_case, init_checkpoint)
+    except ValueError as e:
+      raise UsageError(str(e))
+
+
+def require_file(flag_name, path):
+  """Raises UsageError unless the file flag `flag_name` is set to an existing path."""
+  if not path:
+    raise UsageError("--%s is required." % flag_name)
+  if not tf.gfile.Exists(path):
+    raise UsageError("--%s=%s: no such file. Check the path." % (flag_name, path))
+  if tf.gfile.IsDirectory(path):
+    raise UsageError("--%s=%s is a directory: give the file itself." % (flag_name, path))
+
+
+def load_bert_config(config_file, max_seq_length):
+  """Reads bert_config.json and checks max_seq_length against it. Raises UsageError."""
+  require_file("bert_config_file", config_file)
+  try:
+    bert_config = modeling.BertConfig.from_json_file(config_file)
+  except ValueError as e:
+    raise UsageError(str(e))
+  if max_seq_length > bert_config.max_position_embeddings:
+    raise UsageError(
+        "--max_seq_length=%d is longer than max_position_embeddings=%d in %s: use "
+        "--max_seq_length=%d or less." % (max_seq_length, bert_config.max_position_embeddings,
+                                          config_file, bert_config.max_position_embeddings))
+  return bert_config
+
+
+def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file):
+  """The FullTokenizer of `vocab_file`, checked against the config's vocab_size.
+
+  Raises:
+    UsageError: the vocab file is unreadable, lacks [CLS], [SEP] or [UNK], or has more
+      lines than the model's vocab.
+  """
+  require_file("vocab_file", vocab_file)
+  try:
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+  except ValueError as e:
+    raise UsageError(str(e))
+  missing = tokenization.missing_special_token(tokenizer.vocab)
+  if missing:
+    raise UsageError("%s has no %s token: use the vocab.txt that came with the checkpoint."
+                     % (vocab_file, missing))
+  # Ids are line numbers: a token listed twice makes the lines outnumber the tokens, and
+  # an id at or past vocab_size is out of the embedding table.
+  num_ids = max(tokenizer.vocab.values()) + 1 if tokenizer.vocab else 0
+  if num_ids > bert_config.vocab_size:
+    raise UsageError(
+        "%s has %d tokens (one per line, ids 0-%d) but vocab_size is %d in %s: the vocab "
+        "and the config belong to different models. Use the vocab.txt that came with the "
+        "checkpoint." % (vocab_file, num_ids, num_ids - 1, bert_config.vocab_size,
+                         bert_config_file))
+  return tokenizer
+
+
+def _known_flag_names(flag_values):
+  names = set()
+  for name, flag in flag_values._flags().items():  # pylint: disable=protected-access
+    names.add(name)
+    if flag.boolean:
+      names.add("no" + name)
+  return names
+
+
+def check_command_line(argv, flag_values=None):
+  """Parses `argv` strictly: an unknown flag or a stray argument is a UsageError.
+
+  tf.app.run alone tolerates undefined flags, so `--n_gpu=4` would train on one GPU
+  (docs/FORMATS.md 9). `--undefok=NAME` lets an old command line keep a flag on purpose.
+
+  Raises:
+    UsageError: one line naming the flag and the closest known one.
+  """
+  flag_values = flag_values or tf.flags.FLAGS
+  if flag_values is tf.flags.FLAGS:
+    # --help, --helpshort and --helpfull are defined by absl's app.run, which runs later.
+    absl_app.define_help_flags()
+  try:
+    leftover = flag_values(list(argv))
+  except tf.flags.Error as e:
+    name = getattr(e, "flagname", None)
+    if name is None:  # a bad value: absl names the flag and the value
+      raise UsageError(" ".join(str(e).split()))
+    known = sorted(n for n in _known_flag_names(flag_values) if not n.startswith("no"))
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = ("did you mean --%s? " % close[0]) if close else ""
+    raise UsageError("unknown flag --%s: %sIf the command line carries it on purpose, add "
+                     "--undefok=%s. (--helpfull lists every flag.)" % (name, hint, name))
+  if len(leftover) > 1:
+    stray = leftover[1]
+    raise UsageError("unexpected argument %r: a boolean flag takes its value after '=', "
+                     "e.g. --do_train=true (a bare word after it is not its value)." % stray)
+
+
+def run_main(main, argv=None):
+  """Runs `main(argv)` under tf.app.run with strict flags, and turns failures into one line.
+
+  A UsageError prints `error: <message>` and exits 1; a preemption prints where it saved
+  and exits 128 + the signal (143 for SIGTERM, 130 for Ctrl-C); a Ctrl-C outside training
+  exits 130 with no traceback.
+  """
+  argv = list(sys.argv if argv is None else argv)
+
+  def fail(message, code):
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+  def guarded(args):
+    try:
+      main(args)
+    except UsageError as e:
+      fail("error: %s" % e, 1)
+    except Preempted as e:
+      fail(str(e), 128 + e.signum)
+    except KeyboardInterrupt:
+      fail("Interrupted (Ctrl-C).", 128 + signal.SIGINT)
+
+  tf.logging.set_verbosity(tf.logging.INFO)
+  # TF 2.x hands each record to absl and to Python's root logger: print it once.
+  tf.get_logger().propagate = False
+  try:
+    check_command_line(argv)
+  except UsageError as e:
+    fail("error: %s" % e, 1)
+  tf.app.run(guarded, argv=argv)

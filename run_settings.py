@@ -1,0 +1,316 @@
+# coding=utf-8
+"""Run settings, built from the flags in one place.
+
+- DeviceSettings: where and how the model runs (towers, variable placement, precision, XLA,
+  batch padding, the workers of a multi-worker run). Every script that runs the model
+  builds one with device_settings_from_flags() and calls check() before it writes
+  anything: that is where --n_gpus meets the visible GPUs and --precision meets this
+  TensorFlow and these GPUs.
+- RunConfig: a DeviceSettings plus the batch and step arithmetic of training, made by
+  make_run_config(), which runs the device check.
+
+multigpu.py makes the device plan; this module only asks it for one.
+"""
+
+import hashlib
+import os
+import tempfile
+
+import tensorflow.compat.v1 as tf
+
+import cluster
+import multigpu
+from errors import UsageError
+
+# With --use_xla, batch lengths are rounded up to a multiple of this.
+XLA_LENGTH_MULTIPLE = 16
+
+# global_step is an int64.
+_MAX_STEPS = 2 ** 63 - 1
+
+
+def _flag_value(flag_values, name, default=None):
+  """The value of flag `name`, or `default` when the script does not define it."""
+  return getattr(flag_values, name) if name in flag_values else default
+
+
+def run_cluster(flag_values):
+  """The cluster.Cluster of a multi-worker run (--worker_hosts or TF_CONFIG), else None.
+
+  Raises:
+    UsageError: the worker flags are malformed.
+  """
+  if "worker_hosts" not in flag_values:
+    return None
+  try:
+    return cluster.cluster_from_flags(flag_values.worker_hosts, flag_values.task_index)
+  except cluster.ClusterError as e:
+    raise UsageError(str(e))
+
+
+# ---------------------------------------------------------------------------
+# Devices
+# ---------------------------------------------------------------------------
+
+def _gpu_compute_capabilities():
+  """(major, minor) of each visible GPU, or None where TensorFlow does not say."""
+  details = getattr(tf.config.experimental, "get_device_details", None)
+  capabilities = []
+  for gpu in tf.config.experimental.list_physical_devices("GPU"):
+    capabilities.append(details(gpu).get("compute_capability") if details else None)
+  return capabilities
+
+
+def check_precision_for_tensorflow(precision):
+  """Refuses a --precision that this TensorFlow lacks; needs no device (nor its runtime).
+
+  Raises:
+    UsageError: bf16 on TF 1.x (it lacks bfloat16 kernels).
+  """
+  if precision == "bf16" and not tf.__version__.startswith("2"):
+    raise UsageError("--precision=bf16 needs TensorFlow 2.x: TF %s lacks bfloat16 kernels "
+                     "for some of BERT's ops (Reciprocal, for one). Use "
+                     "--precision=fp16 on GPUs, or fp32." % tf.__version__)
+
+
+def check_precision(precision, plan):
+  """Refuses a --precision that this TensorFlow or these devices lack (no silent fallback).
+
+  Raises:
+    UsageError: fp16 without a GPU (a CPU only emulates it, slowly); bf16 on TF 1.15 or
+      on a GPU older than Ampere.
+  """
+  check_precision_for_tensorflow(precision)
+  if precision == "fp16" and not plan.on_gpu:
+    raise UsageError("--precision=fp16 needs a GPU (V100, T4 or newer); on a CPU float16 is "
+                     "emulated and slower than fp32. Use --precision=bf16 on CPUs with bf16 "
+                     "units, or fp32.")
+  if precision == "bf16" and plan.on_gpu:
+    for capability in _gpu_compute_capabilities():
+      if capability is not None and tuple(capability) < (8, 0):
+        raise UsageError("--precision=bf16 needs an Ampere-or-newer GPU (compute capability "
+                         "8.0+); this one is %d.%d. Use --precision=fp16 (with loss scaling) "
+                         "or fp32." % tuple(capability))
+
+
+class DeviceSettings(object):
+  """Where and how the model runs, for training and inference alike.
+
+  Attributes:
+    n_gpus, towers_per_gpu: --n_gpus, --towers_per_gpu (towers of this process).
+    variable_update: "host", "gpu0" or "replicated" (--variables_on_gpu resolved).
+    precision: "fp32", "bf16" or "fp16".
+    use_xla: compile each tower with XLA.
+    length_multiple: batches are cut to their longest example rounded up to this (XLA
+      compiles one program per shape, so it gets a few lengths); None pads every batch to
+      max_seq_length (--pad_to_max_seq_length).
+    cluster: a cluster.Cluster for several workers, else None.
+    plan: the multigpu.DevicePlan, once check() has made it.
+  """
+
+  # pylint: disable=redefined-outer-name
+  def __init__(self, n_gpus=1, towers_per_gpu=1, variable_update="host",
+               variables_on_gpu=False, precision="fp32", use_xla=False,
+               pad_to_max_seq_length=False, cluster=None, plan=None):
+    self.n_gpus = n_gpus
+    self.towers_per_gpu = towers_per_gpu
+    if variables_on_gpu and variable_update == "host":
+      variable_update = None  # the flag's default gives way to the old name
+    self.variable_update = variable_update
+    self.variables_on_gpu = variables_on_gpu
+    self.precision = precision
+    self.use_xla = use_xla
+    self.length_multiple = (None if pad_to_max_seq_length else
+                            XLA_LENGTH_MULTIPLE if use_xla else 1)
+    self.cluster = cluster
+    self.plan = plan  # given by tests; otherwise made by check()
+
+  @property
+  def num_towers(self):
+    return self.n_gpus * self.towers_per_gpu
+
+  @property
+  def num_workers(self):
+    return self.cluster.num_workers if self.cluster else 1
+
+  @property
+  def checked(self):
+    return self.plan is not None
+
+  def check(self):
+    """Makes the device plan and checks the precision against it. Call it before anything
+    is written: it is the last check that can refuse a run. Asks TensorFlow for the GPUs,
+    which starts its GPU runtime (fork worker processes before).
+
+    Returns:
+      self.
+
+    Raises:
+      UsageError: more GPUs asked for than are visible, a --variable_update that does not
+        fit, or a --precision this TensorFlow or these devices lack.
+    """
+    if self.plan is None:
+      check_precision_for_tensorflow(self.precision)  # before asking for the GPUs
+      try:
+        self.plan = multigpu.plan_devices(
+            self.n_gpus, self.towers_per_gpu, self.variables_on_gpu,
+            variable_update=self.variable_update, num_workers=self.num_workers,
+            worker_index=self.cluster.task_index if self.cluster else 0)
+      except ValueError as e:
+        raise UsageError(str(e))
+    check_precision(self.precision, self.plan)
+    return self
+
+
+def device_settings_from_flags(flag_values):
+  """The DeviceSettings of the device flags a script defines (the others keep their
+  defaults). Not yet checked: call check() before writing anything."""
+  names = ("n_gpus", "towers_per_gpu", "variable_update", "variables_on_gpu", "precision",
+           "use_xla", "pad_to_max_seq_length")
+  fields = {name: getattr(flag_values, name) for name in names if name in flag_values}
+  return DeviceSettings(cluster=run_cluster(flag_values), **fields)
+
+
+# ---------------------------------------------------------------------------
+# The run config: one object with the batch and step arithmetic
+# ---------------------------------------------------------------------------
+
+class RunConfig(object):
+  """What the loop needs to know about a run, built from the flags by make_run_config().
+
+  Training batch sizes are counted over all towers of all workers: `micro_batch_size`
+  examples run per sess.run, `global_batch_size` = micro_batch_size x accumulation_steps
+  examples make one update. Eval and predict run on this process's towers. Steps are
+  updates (global_step).
+
+  Tests may pass the DeviceSettings fields (n_gpus=..., plan=...) instead of `devices`.
+  """
+
+  def __init__(self, output_dir, devices=None, **fields):
+    self.output_dir = output_dir
+    if devices is None:
+      device_fields = ("n_gpus", "towers_per_gpu", "variable_update", "variables_on_gpu",
+                       "precision", "use_xla", "pad_to_max_seq_length", "cluster", "plan")
+      devices = DeviceSettings(**{k: fields.pop(k) for k in device_fields if k in fields})
+    self.devices = devices
+    self.init_checkpoint = fields.pop("init_checkpoint", None)
+    self.worker_timeout_secs = fields.pop("worker_timeout_secs", 60)
+    self.worker_startup_timeout_secs = fields.pop("worker_startup_timeout_secs", 600)
+    self.train_batch_size = fields.pop("train_batch_size", 1)  # per tower
+    self.accumulation_steps = fields.pop("accumulation_steps", 1)
+    self.micro_batch_size = self.train_batch_size * self.num_towers * self.num_workers
+    self.global_batch_size = self.micro_batch_size * self.accumulation_steps
+    self.global_eval_batch_size = fields.pop("eval_batch_size", 8) * self.num_towers
+    self.global_predict_batch_size = fields.pop("predict_batch_size", 8) * self.num_towers
+    self.num_train_steps = fields.pop("num_train_steps", 0)
+    self.num_warmup_steps = fields.pop("num_warmup_steps", 0)
+    self.learning_rate = fields.pop("learning_rate", 5e-5)
+    self.optimizer = fields.pop("optimizer", "adamw")
+    self.save_checkpoints_steps = fields.pop("save_checkpoints_steps", 1000)
+    self.keep_checkpoint_max = fields.pop("keep_checkpoint_max", 5)
+    self.log_steps = fields.pop("log_steps", 100)
+    self.random_seed = fields.pop("random_seed", None)
+    # A description of the training data for the start-of-run log ("800 training examples").
+    self.train_data_description = fields.pop("train_data_description", None)
+    if fields:
+      raise TypeError("unknown RunConfig fields: %s" % sorted(fields))
+
+  # The device facts the loop and the scripts read most, without `.devices`.
+  cluster = property(lambda self: self.devices.cluster)
+  num_towers = property(lambda self: self.devices.num_towers)  # of this process
+  num_workers = property(lambda self: self.devices.num_workers)
+  length_multiple = property(lambda self: self.devices.length_multiple)
+
+  @property
+  def is_chief(self):
+    return self.cluster is None or self.cluster.is_chief
+
+  @property
+  def plan(self):
+    """The checked DevicePlan (checks the devices on first use)."""
+    return self.devices.check().plan if not self.devices.checked else self.devices.plan
+
+  @property
+  def cache_dir(self):
+    """Where this process keeps featurized data: output_dir, except on a worker that is not
+    the chief, which writes nothing there (a directory of its own under the temp dir)."""
+    if self.is_chief:
+      return self.output_dir
+    key = hashlib.sha1(os.path.abspath(self.output_dir).encode("utf-8")).hexdigest()[:10]
+    return os.path.join(tempfile.gettempdir(), "bert-mgpu-worker%d-%s" % (
+        self.cluster.task_index, key))
+
+  def describe_training(self):
+    """The start-of-run log lines: data, batch arithmetic, schedule and device mapping."""
+    workers = " x %d workers" % self.num_workers if self.num_workers > 1 else ""
+    lines = ["%d tower(s)%s x per-tower batch %d x %d accumulation step(s) = global batch %d" % (
+        self.num_towers, workers, self.train_batch_size, self.accumulation_steps,
+        self.global_batch_size)]
+    steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g, precision %s%s" % (
+        self.num_train_steps, self.num_warmup_steps, self.optimizer, self.learning_rate,
+        self.devices.precision, ", XLA" if self.devices.use_xla else "")
+    if self.train_data_description:
+      steps = "%s = %s" % (self.train_data_description, steps)
+    return lines + [steps] + self.plan.describe()
+
+
+def _training_steps(config, flag_values, num_train_examples, example_noun):
+  """Sets config's steps from --num_train_steps/--num_warmup_steps when the script has them
+  (pretraining), else as Google's scripts count them. Raises UsageError."""
+  if "num_train_steps" in flag_values:
+    config.num_train_steps = flag_values.num_train_steps
+    config.num_warmup_steps = flag_values.num_warmup_steps
+    return
+  epochs = flag_values.num_train_epochs
+  config.num_train_steps = int(num_train_examples * epochs / config.global_batch_size)
+  config.num_warmup_steps = int(config.num_train_steps * flag_values.warmup_proportion)
+  if config.num_train_steps > _MAX_STEPS:
+    raise UsageError("--num_train_epochs=%g: %d %s x %g epochs is %d steps, more than "
+                     "global_step can count (%d). Give a realistic number of epochs." %
+                     (epochs, num_train_examples, example_noun, epochs,
+                      config.num_train_steps, _MAX_STEPS))
+  if config.num_train_steps < 1:
+    raise UsageError("%d %s x %g epochs is less than one global batch of %d: lower "
+                     "--train_batch_size or raise --num_train_epochs." %
+                     (num_train_examples, example_noun, epochs, config.global_batch_size))
+  config.train_data_description = "%d %s x %g epochs" % (num_train_examples, example_noun,
+                                                         epochs)
+
+
+def make_run_config(flag_values, num_train_examples=None, example_noun="training examples"):
+  """The RunConfig of a run, from the flags: the one place for batch and step arithmetic.
+
+  Also the run's last check before it writes: the device plan and the precision
+  (DeviceSettings.check()). Call it before claiming output_dir.
+
+  Steps come from --num_train_steps and --num_warmup_steps when the script has them
+  (pretraining), otherwise as Google's scripts count them: int(examples x epochs / global
+  batch) and int(steps x warmup_proportion).
+
+  Args:
+    flag_values: tf.flags.FLAGS, already checked by command_line.check_run_flags().
+    num_train_examples: examples (SQuAD: questions) in the training set, with --do_train.
+    example_noun: what they are, for the messages.
+
+  Raises:
+    UsageError: the training set is less than one global batch, or the devices refuse.
+  """
+  devices = device_settings_from_flags(flag_values).check()
+  fields = {name: getattr(flag_values, name) for name in (
+      "init_checkpoint", "train_batch_size", "eval_batch_size", "predict_batch_size",
+      "accumulation_steps", "learning_rate", "optimizer", "save_checkpoints_steps",
+      "keep_checkpoint_max", "log_steps", "random_seed", "worker_timeout_secs",
+      "worker_startup_timeout_secs") if name in flag_values}
+  config = RunConfig(_flag_value(flag_values, "output_dir"), devices=devices, **fields)
+  do_train = _flag_value(flag_values, "do_train")
+  if config.cluster is not None:
+    if not do_train:
+      raise UsageError("--worker_hosts (or TF_CONFIG) is for training (--do_train): evaluate "
+                       "and predict with one process on the chief's output_dir.")
+    try:
+      multigpu.check_variable_update(devices.variable_update, num_workers=config.num_workers)
+    except ValueError as e:
+      raise UsageError(str(e))
+  if do_train:
+    _training_steps(config, flag_values, num_train_examples, example_noun)
+  return config
