@@ -105,6 +105,21 @@ def _checkpoint_files(prefix):
   return glob.glob(glob.escape(prefix) + ".*") + glob.glob(glob.escape(prefix) + "_temp*")
 
 
+def _file_system_error(error):
+  """An OSError holding the reason of a TensorFlow (or OS) error about a file.
+
+  TensorFlow words a refused write "<file>; <reason>" (the file often a temp file), and
+  TF 2.x puts "Graph execution error:" and the op's stack before that line.
+  """
+  if isinstance(error, OSError):
+    return error
+  lines = [line.strip() for line in (getattr(error, "message", None) or str(error)).split("\n")]
+  for line in lines:
+    if "; " in line:
+      return OSError(line.rsplit("; ", 1)[1])
+  return OSError(next((line for line in lines if line), type(error).__name__))
+
+
 def save(saver, sess, output_dir, step):
   """Saves the variables as output_dir/model.ckpt-<step> and names it the latest.
 
@@ -121,12 +136,38 @@ def save(saver, sess, output_dir, step):
                       write_meta_graph=False)
   except (tf.errors.OpError, OSError) as e:
     latest = latest_checkpoint(output_dir)
+    # TF writes the `checkpoint` file through checkpoint.tmp<hex>, left when that fails.
+    partial = glob.glob(os.path.join(glob.escape(output_dir), "checkpoint.tmp*"))
     if latest is None or os.path.basename(latest) != os.path.basename(prefix):
-      for partial in _checkpoint_files(prefix):
-        output_files.remove_quietly(partial)
-    raise write_error(prefix, e)
+      partial += _checkpoint_files(prefix)
+    for path in partial:
+      output_files.remove_quietly(path)
+    raise write_error(prefix, _file_system_error(e))
   tf.logging.info("Saved %s", path)
   return path
+
+
+def discard(saver, output_dir, path):
+  """Removes checkpoint `path`, the latest, and names the one saved before it the latest
+  again (or none). Removing first frees the room the small `checkpoint` file needs on a
+  full disk. Errors are left unreported: this runs while another one is being handled.
+  """
+  for partial in _checkpoint_files(path):
+    output_files.remove_quietly(partial)
+  remaining = [os.path.basename(p) for p in saver.last_checkpoints
+               if os.path.basename(p) != os.path.basename(path)]
+  try:
+    if remaining:
+      tf.train.update_checkpoint_state(os.path.abspath(output_dir), remaining[-1],
+                                       all_model_checkpoint_paths=remaining)
+    else:
+      output_files.remove_quietly(os.path.join(output_dir, "checkpoint"))
+  except tf.errors.OpError:
+    pass
+  for partial in glob.glob(os.path.join(glob.escape(output_dir), "checkpoint.tmp*")):
+    output_files.remove_quietly(partial)
+  tf.logging.warning("Removed %s: its evaluation could not be recorded; the next run trains "
+                     "from %s.", path, remaining[-1] if remaining else "the start")
 
 
 def restore(saver, sess, checkpoint, output_dir):
@@ -198,7 +239,7 @@ class BestCheckpoint(object):
       tf.train.update_checkpoint_state(os.path.abspath(directory), name,
                                        all_model_checkpoint_paths=[name])
     except tf.errors.OpError as e:
-      raise OSError(e.message.split("\n")[0])
+      raise _file_system_error(e)
     with open(os.path.join(directory, "best_metric.json"), "w", encoding="utf-8") as f:
       f.write(self._state_json(name))
 

@@ -1097,7 +1097,7 @@ def _chunks(items, size):
 class FeaturizingPool(object):
   """The processes that featurize a run's splits, forked once.
 
-  run_classifier_mgpu.py makes it in main() before the device check: forking after
+  run_classifier_mgpu.py makes it before the device check (prepare_output_dir): forking after
   TensorFlow has started its GPU runtime (and its threads) is not safe. Each worker builds
   its tokenizer once; examples travel in chunks and come back in input order. With one
   worker, or when no split is large enough to gain from processes, no process is forked

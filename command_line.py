@@ -24,6 +24,7 @@ from absl import app as absl_app
 import mixed_precision
 import modeling
 import multigpu
+import phases
 import run_settings
 import tokenization
 from errors import Preempted, UsageError
@@ -53,6 +54,10 @@ _SHARED_FLAGS = collections.OrderedDict([
     ("warmup_proportion", ("float", 0.1, "Share of the steps spent warming up.")),
     ("save_checkpoints_steps", ("integer", 1000, "Save (and evaluate) every this many "
                                 "steps.")),
+    ("group_by_length", ("bool", False, "Draw each global batch from training examples of "
+                         "similar length (sorted within chunks of 50 batches of the shuffled "
+                         "data, the batches' order shuffled): less padding on long-tailed "
+                         "texts. Every example still comes once per epoch.")),
 ])
 
 # Integer flags that must be at least 1 wherever a script defines them.
@@ -109,9 +114,9 @@ def define_device_flags(training=False):
                     "precision: fp32; bf16 (Ampere-or-newer GPUs, CPUs with bf16 units); fp16 "
                     "with dynamic loss scaling (V100/T4-class GPUs). Weights stay float32.")
   flags.DEFINE_bool("use_xla", False, "Compile each tower's step with XLA (for GPUs).")
-  flags.DEFINE_bool("pad_to_max_seq_length", False, "Pad every batch to --max_seq_length "
-                    "instead of to its longest example (the old behaviour; slower on short "
-                    "texts).")
+  flags.DEFINE_bool("pad_to_max_seq_length", False, "Pad every batch to the full sequence "
+                    "length (the model's max_seq_length) instead of to its longest example "
+                    "(the old behaviour; slower on short texts).")
   if not training:
     return
   flags.DEFINE_bool("variables_on_gpu", False, "The old name of --variable_update=gpu0.")
@@ -130,16 +135,12 @@ def define_device_flags(training=False):
                        "start for the others to come up.")
 
 
-def _flag_value(flag_values, name, default=None):
-  """The value of flag `name`, or `default` when the script does not define it."""
-  return getattr(flag_values, name) if name in flag_values else default
-
-
 def check_positive(flag_values, names=()):
   """Raises UsageError unless the integer flags `names`, and the shared ones that must be
-  (batch sizes, --n_gpus...), are at least 1 wherever the script defines them."""
+  (batch sizes, --save_checkpoints_steps...), are at least 1 wherever the script defines
+  them."""
   for name in tuple(_POSITIVE_FLAGS) + tuple(names):
-    value = _flag_value(flag_values, name)
+    value = run_settings.flag_value(flag_values, name)
     if value is not None and value < 1:
       raise UsageError("--%s=%d: it must be at least 1." % (name, value))
 
@@ -151,24 +152,26 @@ def check_run_flags(flag_values, positive_flag_names=()):
     flag_values: tf.flags.FLAGS.
     positive_flag_names: the script's own integer flags that must be at least 1.
   """
-  if _flag_value(flag_values, "use_tpu"):
+  if run_settings.flag_value(flag_values, "use_tpu"):
     raise UsageError("--use_tpu=true: bert-mgpu does not run on TPUs. Drop --use_tpu and set "
                      "--n_gpus to the GPUs to use.")
   check_positive(flag_values, positive_flag_names)
-  learning_rate = _flag_value(flag_values, "learning_rate")
+  learning_rate = run_settings.flag_value(flag_values, "learning_rate")
   if learning_rate is not None and not (np.isfinite(learning_rate) and learning_rate > 0):
     raise UsageError("--learning_rate=%s: it must be a positive number, e.g. 5e-5." %
                      learning_rate)
-  epochs = _flag_value(flag_values, "num_train_epochs")
+  epochs = run_settings.flag_value(flag_values, "num_train_epochs")
   if epochs is not None and not (np.isfinite(epochs) and epochs > 0):
     raise UsageError("--num_train_epochs=%s: it must be a positive number." % epochs)
-  warmup = _flag_value(flag_values, "warmup_proportion")
+  warmup = run_settings.flag_value(flag_values, "warmup_proportion")
   if warmup is not None and not 0 <= warmup <= 1:
     raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "
                      "to 1 (e.g. 0.1)." % warmup)
-  if _flag_value(flag_values, "keep_checkpoint_max", 0) < 0:
+  if run_settings.flag_value(flag_values, "keep_checkpoint_max", 0) < 0:
     raise UsageError("--keep_checkpoint_max=%d: use 0 (keep all) or more." %
                      flag_values.keep_checkpoint_max)
+  if "output_dir" in flag_values and not flag_values.output_dir:
+    raise UsageError("--output_dir is required.")
   workers = run_settings.run_cluster(flag_values)
   if workers is not None and not workers.is_chief:
     return  # a non-chief worker reads neither output_dir nor the init checkpoint
@@ -178,8 +181,6 @@ def check_run_flags(flag_values, positive_flag_names=()):
 
 
 def _check_output_dir(output_dir):
-  if not output_dir:
-    raise UsageError("--output_dir is required.")
   if "://" in output_dir:
     raise UsageError("--output_dir=%s: give a local directory. The atomic writes and the "
                      "run lock need a local file system; copy the directory to %s after the "
@@ -190,7 +191,7 @@ def _check_output_dir(output_dir):
 
 
 def _check_init_checkpoint(flag_values):
-  init_checkpoint = _flag_value(flag_values, "init_checkpoint")
+  init_checkpoint = run_settings.flag_value(flag_values, "init_checkpoint")
   if init_checkpoint and not tf.gfile.Exists(init_checkpoint + ".index"):
     raise UsageError("--init_checkpoint=%s: no checkpoint there (expected %s.index). Give the "
                      "path without the .index/.data suffix, e.g. "
@@ -298,7 +299,8 @@ def check_command_line(argv, flag_values=None):
 def run_main(main, argv=None):
   """Runs `main(argv)` under tf.app.run with strict flags, and turns failures into one line.
 
-  A UsageError prints `error: <message>` and exits 1; a preemption prints where it saved
+  The job's phase breakdown (phases.py) is logged when main returns. A UsageError prints
+  `error: <message>` and exits 1; a preemption prints where it saved
   and exits 128 + the signal (143 for SIGTERM, 130 for Ctrl-C); a Ctrl-C outside training
   exits 130 with no traceback.
   """
@@ -310,6 +312,7 @@ def run_main(main, argv=None):
     sys.exit(code)
 
   def guarded(args):
+    phases.record_import()
     try:
       main(args)
     except UsageError as e:
@@ -318,6 +321,7 @@ def run_main(main, argv=None):
       fail(str(e), 128 + e.signum)
     except KeyboardInterrupt:
       fail("Interrupted (Ctrl-C).", 128 + signal.SIGINT)
+    phases.log_summary(tf.logging.info)
 
   tf.logging.set_verbosity(tf.logging.INFO)
   # TF 2.x hands each record to absl and to Python's root logger: print it once.

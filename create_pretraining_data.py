@@ -32,6 +32,29 @@ default 20000 documents of 500 tokens; with worker processes about three times
 that in all, as each worker also holds its shard's instances and their copy on
 the way back.
 
+--pretraining_task chooses what an instance is (the streaming, workers, progress
+and the options below work for all three):
+
+  * nsp (the default): Google's pairs above, with next_sentence_labels.
+  * mlm: `[CLS] tokens [SEP]`, filled with consecutive sentences of one document
+    up to max_seq_length (short_seq_prob as Google's; a long document gives
+    several instances), all segment ids 0, for the masked LM alone (HFL's
+    RoBERTa-wwm-ext and MacBERT were pre-trained so). No next_sentence_labels
+    feature is written; run_pretraining_mgpu.py then trains no NSP head.
+  * pair_span (bert-ad's text rewriting): the input is TSV rows
+    `label<TAB>id<TAB>text_a<TAB>text_b`, no header row, label 1 when text_a
+    belongs in text_b and 0 when it does not. Each row gives one instance per
+    dupe_factor pass, `[CLS] a [SEP] b [SEP]` (segment ids 0 through the first
+    [SEP], 1 after). text_b may hold one blank, a run of --blank_marker (default
+    U+201C, as in bert-ad's data; pick a character your text lacks) or one
+    literal [MASK], written as as many [MASK] tokens as a has word pieces. b is
+    cut to fit around the blank; a is kept whole, or the row is skipped and
+    counted. One contiguous span of b as long as a (at most
+    max_predictions_per_seq) is predicted, from a seeded random start (it may
+    overlap the blank), 80/10/10 per position. next_sentence_labels = 1 - label:
+    Google's meaning, 0 = the pair belongs together. --do_whole_word_mask is
+    refused. A malformed row is a one-line error naming the file and line.
+
 With --do_whole_word_mask, a word is masked as a whole: a token is grouped
 with the `##` pieces that follow it and, for Chinese text segmented into words
 by spaces (e.g. "北京 是 首都"), the characters of one word are grouped; a run
@@ -95,14 +118,23 @@ DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
 # How often the main process looks at the workers' progress counters.
 _POLL_SECONDS = 0.5
 CHINESE_SEGMENTERS = ("jieba",)
+# --pretraining_task: Google's pairs with next-sentence labels, single segments for the
+# masked LM alone, or bert-ad's text-rewriting pairs (see the module docstring).
+NSP, MLM, PAIR_SPAN = "nsp", "mlm", "pair_span"
+PRETRAINING_TASKS = (NSP, MLM, PAIR_SPAN)
+# The blank of a pair_span text_b: a run of this character (bert-ad's data uses it).
+DEFAULT_BLANK_MARKER = u"\u201c"
+# The literal blank, also accepted in a text_b.
+MASK_TOKEN = "[MASK]"
 
 
 class DataSettings(collections.namedtuple("DataSettings", [
     "input_file", "output_file", "vocab_file", "do_lower_case", "do_whole_word_mask",
     "max_seq_length", "max_predictions_per_seq", "random_seed", "dupe_factor",
     "masked_lm_prob", "short_seq_prob", "num_workers", "docs_per_chunk",
-    "chinese_segmenter"], defaults=(
-        True, False, 128, 20, 12345, 10, 0.15, 0.1, 1, DEFAULT_DOCS_PER_CHUNK, ""))):
+    "chinese_segmenter", "pretraining_task", "blank_marker"], defaults=(
+        True, False, 128, 20, 12345, 10, 0.15, 0.1, 1, DEFAULT_DOCS_PER_CHUNK, "", NSP,
+        DEFAULT_BLANK_MARKER))):
   """What a run reads, writes and how: the flags of the same names (`define_flags`).
 
   Built from the flags by `data_settings_from_flags`; in code, e.g.
@@ -129,6 +161,9 @@ class DataSettings(collections.namedtuple("DataSettings", [
       time; 0 means all.
     chinese_segmenter: str, "" (Chinese words are delimited by spaces) or
       "jieba".
+    pretraining_task: str, "nsp" (Google's, the default), "mlm" or "pair_span".
+    blank_marker: str (DEFAULT_BLANK_MARKER), with pair_span: a run of it in text_b
+      is the blank.
   """
   __slots__ = ()
 
@@ -167,7 +202,9 @@ class TrainingInstance(object):
   Attributes:
     tokens: list of str, `[CLS] A [SEP] B [SEP]` after masking.
     segment_ids: list of int, 0 for [CLS], A and the first [SEP], 1 after.
-    is_random_next: bool, whether B was taken from a random document.
+    is_random_next: bool, whether B was taken from a random document (for pair_span:
+      whether text_a does not belong in text_b); None for mlm, which writes no
+      next_sentence_labels.
     masked_lm_positions: sorted list of int, the positions to predict.
     masked_lm_labels: list of str, the original token at each position.
   """
@@ -198,6 +235,7 @@ class CorpusStats(object):
     skipped_lines: lines dropped because they are not valid UTF-8.
     first_skipped_line: "file:line" of the first of them, or None.
     chunks: chunks of documents processed.
+    skipped_pairs: pair_span rows dropped because text_a does not fit.
   """
 
   def __init__(self):
@@ -208,6 +246,7 @@ class CorpusStats(object):
     self.skipped_lines = 0
     self.first_skipped_line = None
     self.chunks = 0
+    self.skipped_pairs = 0
 
 
 # Segmenter name -> its function, once loaded in this process.
@@ -365,6 +404,44 @@ def _check_encoding(input_file, line_number, bad_lines):
         "out.txt." % (input_file, bad_lines, line_number, input_file))
 
 
+def _read_file_lines(input_file, stats, progress):
+  """Yields the lines of one file that are valid UTF-8, decoded but not stripped.
+
+  Lines that are not UTF-8 are skipped and counted in `stats`; too many of them
+  is an error (the file is in another encoding).
+
+  Yields:
+    (line_number, line): 1-based, as an editor shows it.
+  """
+  with tf.gfile.GFile(input_file, "rb") as reader:
+    line_number = 0
+    bad_lines = 0
+    while True:
+      raw_line = reader.readline()
+      if not raw_line:
+        break
+      line_number += 1
+      if line_number == 1 and raw_line[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise UsageError("%s is UTF-16 (it starts with a UTF-16 byte order mark); the input "
+                         "must be UTF-8. Convert it, e.g. iconv -f utf-16 -t utf-8." %
+                         input_file)
+      if progress is not None:
+        progress.bytes_read += len(raw_line)
+        progress.maybe_log()
+      try:
+        line = raw_line.decode("utf-8")
+      except UnicodeDecodeError:
+        stats.skipped_lines += 1
+        bad_lines += 1
+        if stats.first_skipped_line is None:
+          stats.first_skipped_line = "%s:%d" % (input_file, line_number)
+          tf.logging.warning("%s line %d is not valid UTF-8: skipped (and counted).",
+                             input_file, line_number)
+        _check_encoding(input_file, line_number, bad_lines)
+        continue
+      yield line_number, line
+
+
 def read_raw_documents(input_files, stats, progress=None):
   """Yields the documents of the input files one at a time, as text lines.
 
@@ -382,49 +459,174 @@ def read_raw_documents(input_files, stats, progress=None):
   """
   for input_file in input_files:
     lines = []
-    with tf.gfile.GFile(input_file, "rb") as reader:
-      line_number = 0
-      bad_lines = 0
-      while True:
-        raw_line = reader.readline()
-        if not raw_line:
-          break
-        line_number += 1
-        if line_number == 1 and raw_line[:2] in (b"\xff\xfe", b"\xfe\xff"):
-          raise UsageError("%s is UTF-16 (it starts with a UTF-16 byte order mark); the input "
-                           "must be UTF-8. Convert it, e.g. iconv -f utf-16 -t utf-8." %
-                           input_file)
+    for line_number, line in _read_file_lines(input_file, stats, progress):
+      line = line.strip()
+      if line:
+        lines.append(line)
+        if len(lines) == LONG_DOCUMENT_LINES:
+          tf.logging.warning(
+              "%s: a document reaches line %d without a blank line. Documents must be "
+              "separated by blank lines: random next sentences come from other documents, "
+              "and a document is held in memory whole.", input_file, line_number)
+      elif lines:
         if progress is not None:
-          progress.bytes_read += len(raw_line)
-          progress.maybe_log()
-        try:
-          line = raw_line.decode("utf-8").strip()
-        except UnicodeDecodeError:
-          stats.skipped_lines += 1
-          bad_lines += 1
-          if stats.first_skipped_line is None:
-            stats.first_skipped_line = "%s:%d" % (input_file, line_number)
-            tf.logging.warning("%s line %d is not valid UTF-8: skipped (and counted).",
-                               input_file, line_number)
-          _check_encoding(input_file, line_number, bad_lines)
-          continue
-        if line:
-          lines.append(line)
-          if len(lines) == LONG_DOCUMENT_LINES:
-            tf.logging.warning(
-                "%s: a document reaches line %d without a blank line. Documents must be "
-                "separated by blank lines: random next sentences come from other documents, "
-                "and a document is held in memory whole.", input_file, line_number)
-        elif lines:
-          if progress is not None:
-            progress.documents_read += 1
-          yield lines
-          lines = []
+          progress.documents_read += 1
+        yield lines
+        lines = []
     # A file ends the document even without a trailing blank line.
     if lines:
       if progress is not None:
         progress.documents_read += 1
       yield lines
+
+
+# ---------------------------------------------------------------------------
+# pair_span input: label<TAB>id<TAB>text_a<TAB>text_b rows
+# ---------------------------------------------------------------------------
+
+RawPair = collections.namedtuple("RawPair", [
+    "location", "label", "text_a", "b_before", "b_after", "has_blank"])
+RawPair.__doc__ = """One pair_span row as read (see `parse_pair_row`).
+
+Fields:
+  location: str, "file line N", for messages.
+  label: int, 1 = text_a belongs in text_b, 0 = it does not.
+  text_a: str.
+  b_before, b_after: str, text_b before and after its blank (all of it in
+    b_before when it has none).
+  has_blank: bool.
+"""
+
+PairTokens = collections.namedtuple("PairTokens", [
+    "location", "label", "tokens_a", "tokens_b", "blank_start", "blank_length"])
+PairTokens.__doc__ = """A pair_span row tokenized (see `tokenize_pair`).
+
+Fields:
+  location, label: as RawPair.
+  tokens_a: list of str.
+  tokens_b: list of str, the blank written as len(tokens_a) [MASK] tokens.
+  blank_start: int, where the blank starts in tokens_b, or -1 without one.
+  blank_length: int, its length (0 without one).
+"""
+
+
+def find_blank(text, blank_marker):
+  """Finds the blank of a text: a run of `blank_marker` or one literal [MASK].
+
+  Args:
+    text: str.
+    blank_marker: str, non-empty.
+
+  Returns:
+    None (no blank), or (start, end): the blank is text[start:end].
+
+  Raises:
+    ValueError: more than one blank; the message says how many.
+  """
+  pattern = "(?:%s)+|%s" % (re.escape(blank_marker), re.escape(MASK_TOKEN))
+  blanks = [match.span() for match in re.finditer(pattern, text)]
+  if len(blanks) > 1:
+    raise ValueError("%d blanks (runs of %r or literal %s); one is allowed" % (
+        len(blanks), blank_marker, MASK_TOKEN))
+  return blanks[0] if blanks else None
+
+
+def parse_pair_row(location, line, blank_marker):
+  """Reads one `label<TAB>id<TAB>text_a<TAB>text_b` row.
+
+  Args:
+    location: str, "file line N".
+    line: str, without its line end.
+    blank_marker: str (--blank_marker).
+
+  Returns:
+    RawPair.
+
+  Raises:
+    UsageError: not 4 fields, a label other than 0 or 1, an empty text, or more
+      than one blank; the message names the location and the value.
+  """
+  fields = line.split("\t")
+  if len(fields) != 4:
+    raise UsageError("%s: %d tab-separated field(s), expected 4: label<TAB>id<TAB>text_a"
+                     "<TAB>text_b (no header row)." % (location, len(fields)))
+  label, _, text_a, text_b = fields
+  if label.strip() not in ("0", "1"):
+    raise UsageError("%s: label %r: use 1 (text_a belongs in text_b) or 0 (it does not); "
+                     "the file has no header row." % (location, label))
+  for name, text in (("text_a", text_a), ("text_b", text_b)):
+    if not text.strip():
+      raise UsageError("%s: %s is empty." % (location, name))
+  try:
+    blank = find_blank(text_b, blank_marker)
+  except ValueError as e:
+    raise UsageError("%s: text_b holds %s. Pick a --blank_marker that the text lacks." %
+                     (location, e))
+  if blank is None:
+    return RawPair(location, int(label), text_a, text_b, "", False)
+  return RawPair(location, int(label), text_a, text_b[:blank[0]], text_b[blank[1]:], True)
+
+
+def read_pair_rows(input_files, stats, blank_marker, progress=None):
+  """Yields the rows of pair_span TSV files one at a time; blank lines are skipped.
+
+  Args:
+    input_files: list of paths.
+    stats: CorpusStats; lines that are not UTF-8 are skipped and counted.
+    blank_marker: str (--blank_marker).
+    progress: ProgressLog or None.
+
+  Yields:
+    RawPair.
+  """
+  for input_file in input_files:
+    for line_number, line in _read_file_lines(input_file, stats, progress):
+      line = line.rstrip("\r\n")
+      if not line.strip():
+        continue
+      if progress is not None:
+        progress.documents_read += 1
+      yield parse_pair_row("%s line %d" % (input_file, line_number), line, blank_marker)
+
+
+def tokenize_pair(tokenizer, pair):
+  """Tokenizes a RawPair; the blank becomes as many [MASK] tokens as text_a has.
+
+  Returns:
+    PairTokens.
+  """
+  tokens_a = tokenizer.tokenize(pair.text_a)
+  tokens_b = tokenizer.tokenize(pair.b_before)
+  if not pair.has_blank:
+    return PairTokens(pair.location, pair.label, tokens_a, tokens_b, -1, 0)
+  blank_start = len(tokens_b)
+  tokens_b = tokens_b + [MASK_TOKEN] * len(tokens_a) + tokenizer.tokenize(pair.b_after)
+  return PairTokens(pair.location, pair.label, tokens_a, tokens_b, blank_start,
+                    len(tokens_a))
+
+
+def pair_fits(pair, max_seq_length):
+  """Whether `[CLS] a [SEP] b [SEP]` can keep all of a, b's blank and a token of b."""
+  least_b = max(1, pair.blank_length)
+  return bool(pair.tokens_a) and bool(pair.tokens_b) and (
+      len(pair.tokens_a) + least_b + 3 <= max_seq_length)
+
+
+def tokenize_item(tokenizer, item, settings, segment):
+  """Tokenizes one item of the input: a document (lines) or, for pair_span, a RawPair.
+
+  Args:
+    tokenizer: tokenization.FullTokenizer.
+    item: list of str, or RawPair.
+    settings: InstanceSettings.
+    segment: the Chinese segmenter function or None.
+
+  Returns:
+    list of token lists (see `tokenize_document`), or PairTokens.
+  """
+  if settings.pretraining_task == PAIR_SPAN:
+    return tokenize_pair(tokenizer, item)
+  return tokenize_document(tokenizer, item, settings.do_whole_word_mask, segment)
 
 
 def iter_chunks(items, chunk_size):
@@ -487,6 +689,15 @@ def whole_word_candidates(tokens, do_whole_word_mask):
   return groups
 
 
+def _masked_token(token, vocab_words, rng):
+  """What a position to predict shows: [MASK] 80%, itself 10%, a random token 10%."""
+  if rng.random() < 0.8:
+    return MASK_TOKEN
+  if rng.random() < 0.5:
+    return token
+  return vocab_words[rng.randint(0, len(vocab_words) - 1)]
+
+
 def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq,
                                  vocab_words, rng, do_whole_word_mask=False):
   """Chooses the positions to predict and masks them.
@@ -516,13 +727,7 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
     if len(masked) + len(group) > num_to_predict:
       continue
     for position in group:
-      if rng.random() < 0.8:
-        replacement = "[MASK]"
-      elif rng.random() < 0.5:
-        replacement = tokens[position]
-      else:
-        replacement = vocab_words[rng.randint(0, len(vocab_words) - 1)]
-      output_tokens[position] = replacement
+      output_tokens[position] = _masked_token(tokens[position], vocab_words, rng)
       masked.append((position, tokens[position]))
   masked.sort(key=lambda item: item[0])
   positions = [position for position, _ in masked]
@@ -608,6 +813,114 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
   return instances
 
 
+def create_mlm_instances_from_document(document, max_seq_length, short_seq_prob,
+                                       masked_lm_prob, max_predictions_per_seq, vocab_words,
+                                       rng, do_whole_word_mask=False):
+  """Cuts one document into `[CLS] tokens [SEP]` instances for the masked LM alone.
+
+  Consecutive sentences fill an instance up to the target length (max_seq_length
+  - 2, or with probability short_seq_prob a random shorter one, as in Google's
+  pairs); a sentence longer than the room is cut at random ends.
+
+  Args:
+    document: list of token lists (sentences).
+    max_seq_length: int, tokens per instance with [CLS] and [SEP].
+    short_seq_prob, masked_lm_prob, max_predictions_per_seq, vocab_words, rng,
+      do_whole_word_mask: as for `create_instances_from_document`.
+
+  Returns:
+    list of TrainingInstance, is_random_next None and segment ids all 0.
+  """
+  max_num_tokens = max_seq_length - 2  # [CLS], [SEP]
+  target_seq_length = max_num_tokens
+  if rng.random() < short_seq_prob:
+    target_seq_length = rng.randint(2, max_num_tokens)
+  instances = []
+  current_chunk = []
+  current_length = 0
+  for i, sentence in enumerate(document):
+    current_chunk.append(sentence)
+    current_length += len(sentence)
+    if i == len(document) - 1 or current_length >= target_seq_length:
+      tokens = _flatten(current_chunk)
+      truncate_seq_pair(tokens, [], max_num_tokens, rng)
+      tokens = ["[CLS]"] + tokens + ["[SEP]"]
+      tokens, positions, labels = create_masked_lm_predictions(
+          tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng,
+          do_whole_word_mask)
+      instances.append(TrainingInstance(tokens, [0] * len(tokens), None, positions, labels))
+      current_chunk = []
+      current_length = 0
+  return instances
+
+
+def create_pair_span_instance(pair, max_seq_length, max_predictions_per_seq, vocab_words,
+                              rng):
+  """Makes the instance of one pair_span row (one per dupe_factor pass).
+
+  `[CLS] a [SEP] b [SEP]`, segment ids 0 through the first [SEP], 1 after. b is
+  cut to fit around its blank (the blank in the middle of what is kept, as far
+  as b allows), or keeps its start when it has no blank. A contiguous span of b as long as a (at most
+  max_predictions_per_seq, at most b) is predicted, from a random start; each of
+  its positions shows [MASK] 80%, itself 10%, a random token 10%.
+
+  Args:
+    pair: PairTokens for which `pair_fits`.
+    max_seq_length, max_predictions_per_seq: int.
+    vocab_words: list of str.
+    rng: random.Random.
+
+  Returns:
+    TrainingInstance; is_random_next is True for label 0 (next_sentence_labels
+    1 = text_a does not belong in text_b, Google's meaning).
+  """
+  tokens_a = list(pair.tokens_a)
+  room = max_seq_length - 3 - len(tokens_a)
+  tokens_b = list(pair.tokens_b)
+  if len(tokens_b) > room:
+    start = 0
+    if pair.blank_length:  # the blank in the middle of what is kept
+      start = min(max(0, pair.blank_start - (room - pair.blank_length) // 2),
+                  len(tokens_b) - room)
+    tokens_b = tokens_b[start:start + room]
+  span_length = min(len(tokens_a), max_predictions_per_seq, len(tokens_b))
+  span_start = len(tokens_a) + 2 + rng.randint(0, len(tokens_b) - span_length)
+  tokens = ["[CLS]"] + tokens_a + ["[SEP]"] + tokens_b + ["[SEP]"]
+  segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+  positions = list(range(span_start, span_start + span_length))
+  labels = [str(tokens[position]) for position in positions]
+  for position in positions:
+    tokens[position] = _masked_token(tokens[position], vocab_words, rng)
+  return TrainingInstance(tokens, segment_ids, pair.label == 0, positions, labels)
+
+
+def create_instances(documents, document_index, settings, vocab_words, rng):
+  """The instances of one document (or pair_span row) in one pass, for settings' task.
+
+  Args:
+    documents: list of tokenized documents (lists of token lists) or PairTokens.
+    document_index: int.
+    settings: InstanceSettings.
+    vocab_words: list of str, the vocab in id order.
+    rng: random.Random.
+
+  Returns:
+    list of TrainingInstance.
+  """
+  if settings.pretraining_task == MLM:
+    return create_mlm_instances_from_document(
+        documents[document_index], settings.max_seq_length, settings.short_seq_prob,
+        settings.masked_lm_prob, settings.max_predictions_per_seq, vocab_words, rng,
+        settings.do_whole_word_mask)
+  if settings.pretraining_task == PAIR_SPAN:
+    return [create_pair_span_instance(documents[document_index], settings.max_seq_length,
+                                      settings.max_predictions_per_seq, vocab_words, rng)]
+  return create_instances_from_document(
+      documents, document_index, settings.max_seq_length, settings.short_seq_prob,
+      settings.masked_lm_prob, settings.max_predictions_per_seq, vocab_words, rng,
+      settings.do_whole_word_mask)
+
+
 def _float_feature(values):
   return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
@@ -623,7 +936,8 @@ def instance_to_example(instance, tokenizer, max_seq_length, max_predictions_per
 
   Returns:
     tf.train.Example with input_ids, input_mask, segment_ids, masked_lm_positions,
-    masked_lm_ids, masked_lm_weights and next_sentence_labels, zero padded.
+    masked_lm_ids, masked_lm_weights and (unless is_random_next is None, the mlm
+    task) next_sentence_labels, zero padded.
   """
   input_ids = tokenizer.convert_tokens_to_ids(instance.tokens)
   num_tokens = len(input_ids)
@@ -641,7 +955,9 @@ def instance_to_example(instance, tokenizer, max_seq_length, max_predictions_per
       list(instance.masked_lm_positions) + prediction_pad)
   features["masked_lm_ids"] = tfrecord_io.int64_feature(masked_lm_ids + prediction_pad)
   features["masked_lm_weights"] = _float_feature([1.0] * num_masked + [0.0] * len(prediction_pad))
-  features["next_sentence_labels"] = tfrecord_io.int64_feature([1 if instance.is_random_next else 0])
+  if instance.is_random_next is not None:
+    features["next_sentence_labels"] = tfrecord_io.int64_feature(
+        [1 if instance.is_random_next else 0])
   return tf.train.Example(features=tf.train.Features(feature=features))
 
 
@@ -774,7 +1090,8 @@ class ProgressLog(object):
 # What every worker process needs besides the documents: a subset of DataSettings.
 InstanceSettings = collections.namedtuple("InstanceSettings", [
     "max_seq_length", "short_seq_prob", "masked_lm_prob", "max_predictions_per_seq",
-    "dupe_factor", "do_whole_word_mask", "random_seed", "chinese_segmenter"])
+    "dupe_factor", "do_whole_word_mask", "random_seed", "chinese_segmenter",
+    "pretraining_task"], defaults=(NSP,))
 
 
 def instance_settings(settings):
@@ -782,6 +1099,8 @@ def instance_settings(settings):
   values = {name: getattr(settings, name) for name in InstanceSettings._fields}
   values["chinese_segmenter"] = values["chinese_segmenter"] or ""
   return InstanceSettings(**values)
+
+
 # The state of a worker process, set by `_init_worker`.
 _WORKER_STATE = {}
 
@@ -925,9 +1244,8 @@ def _tokenize_shard(shard):
   settings = _WORKER_STATE["settings"]
   counter = _WORKER_STATE["counter"]
   documents = []
-  for lines in _WORKER_STATE["documents"][start:end]:
-    documents.append(tokenize_document(tokenizer, lines, settings.do_whole_word_mask,
-                                       _WORKER_STATE["segment"]))
+  for item in _WORKER_STATE["documents"][start:end]:
+    documents.append(tokenize_item(tokenizer, item, settings, _WORKER_STATE["segment"]))
     counter[shard_index] += 1
   return documents
 
@@ -952,9 +1270,8 @@ def tokenize_chunk(raw_documents, tokenizer, settings, segment, num_workers, con
   num_workers = min(num_workers, len(raw_documents))
   if num_workers <= 1:
     documents = []
-    for lines in raw_documents:
-      documents.append(tokenize_document(tokenizer, lines, settings.do_whole_word_mask,
-                                         segment))
+    for item in raw_documents:
+      documents.append(tokenize_item(tokenizer, item, settings, segment))
       progress.maybe_log()
     return documents
   counter = context.RawArray("q", num_workers)
@@ -991,10 +1308,7 @@ def _create_shard_records(documents, start, end, rng, settings, tokenizer, vocab
   logged = []
   for _ in range(settings.dupe_factor):
     for document_index in range(start, end):
-      instances = create_instances_from_document(
-          documents, document_index, settings.max_seq_length, settings.short_seq_prob,
-          settings.masked_lm_prob, settings.max_predictions_per_seq, vocab_words, rng,
-          settings.do_whole_word_mask)
+      instances = create_instances(documents, document_index, settings, vocab_words, rng)
       instances_per_document[document_index - start] += len(instances)
       for instance in instances:
         if len(logged) < num_to_log:
@@ -1098,6 +1412,23 @@ def create_chunk_records(documents, chunk_index, tokenizer, settings, num_worker
   return records, without_instances, logged
 
 
+def _check_task(settings):
+  """Raises UsageError for a --pretraining_task, or task options, that cannot work."""
+  task = settings.pretraining_task
+  if task not in PRETRAINING_TASKS:
+    raise UsageError("--pretraining_task=%s: use one of %s." % (task, ", ".join(PRETRAINING_TASKS)))
+  if task != PAIR_SPAN:
+    return
+  if settings.do_whole_word_mask:
+    raise UsageError("--do_whole_word_mask does not apply to --pretraining_task=pair_span: its "
+                     "masked span is as long as text_a, counted in word pieces. Drop "
+                     "--do_whole_word_mask.")
+  marker = settings.blank_marker
+  if not marker or any(char.isspace() for char in marker):
+    raise UsageError("--blank_marker=%r: give one or more characters, no whitespace or tab "
+                     "(the default is %s)." % (marker, DEFAULT_BLANK_MARKER))
+
+
 def check_settings(settings):
   """Raises UsageError for settings the algorithm cannot work with.
 
@@ -1105,9 +1436,12 @@ def check_settings(settings):
     settings: DataSettings; its numbers, num_workers, docs_per_chunk and
       chinese_segmenter are checked, not its files.
   """
-  if settings.max_seq_length < 5:
-    raise UsageError("--max_seq_length=%d: it must be at least 5 ([CLS], [SEP], [SEP] and one "
-                     "token of each segment)." % settings.max_seq_length)
+  _check_task(settings)
+  least_length = 4 if settings.pretraining_task == MLM else 5
+  if settings.max_seq_length < least_length:
+    raise UsageError("--max_seq_length=%d: it must be at least %d with --pretraining_task=%s "
+                     "([CLS], the [SEP]s and tokens of each segment)."
+                     % (settings.max_seq_length, least_length, settings.pretraining_task))
   if settings.max_predictions_per_seq < 1:
     raise UsageError("--max_predictions_per_seq=%d: it must be at least 1."
                      % settings.max_predictions_per_seq)
@@ -1120,7 +1454,8 @@ def check_settings(settings):
   if settings.num_workers < 0:
     raise UsageError("--num_workers=%d: give 0 (one per CPU core) or a positive number."
                      % settings.num_workers)
-  if settings.docs_per_chunk < 0 or settings.docs_per_chunk == 1:
+  if settings.docs_per_chunk < 0 or (settings.docs_per_chunk == 1 and
+                                     settings.pretraining_task == NSP):
     raise UsageError("--docs_per_chunk=%d: give 2 or more documents (random next sentences "
                      "come from the other documents of a chunk), or 0 to hold the whole "
                      "corpus in memory." % settings.docs_per_chunk)
@@ -1180,6 +1515,35 @@ def _load_tokenizer(settings):
   return tokenizer
 
 
+def _usable_documents(tokenized, settings, stats):
+  """The documents (or pair_span rows) that can give instances; the others are counted.
+
+  Args:
+    tokenized: list of tokenized documents, or of PairTokens.
+    settings: InstanceSettings.
+    stats: CorpusStats; empty_documents, or for pair_span skipped_pairs, is counted.
+
+  Returns:
+    list, the usable ones in order.
+  """
+  if settings.pretraining_task != PAIR_SPAN:
+    documents = [document for document in tokenized if document]
+    stats.empty_documents += len(tokenized) - len(documents)
+    return documents
+  documents = []
+  for pair in tokenized:
+    if pair_fits(pair, settings.max_seq_length):
+      documents.append(pair)
+      continue
+    if not stats.skipped_pairs:
+      tf.logging.warning("%s: skipped (and counted): text_a has %d word piece(s) and text_b "
+                         "%d; [CLS] a [SEP] b [SEP] must keep all of a, b's blank and a "
+                         "token of b within --max_seq_length=%d.", pair.location,
+                         len(pair.tokens_a), len(pair.tokens_b), settings.max_seq_length)
+    stats.skipped_pairs += 1
+  return documents
+
+
 def _log_summary(stats, progress, output_files, counts):
   """Logs the end of a run: the last progress line, the output files and the counts."""
   tf.logging.info("%s", progress.message(time.time()))
@@ -1191,6 +1555,18 @@ def _log_summary(stats, progress, output_files, counts):
                   "chunks: %d", stats.documents, stats.empty_documents,
                   stats.documents_without_instances, stats.instances, stats.skipped_lines,
                   stats.chunks)
+  if stats.skipped_pairs:
+    tf.logging.warning("pair_span: %d pair(s) skipped because text_a and the blank do not "
+                       "fit in --max_seq_length.", stats.skipped_pairs)
+
+
+_INPUT_NOUN = {NSP: "document with any token", MLM: "document with any token",
+               PAIR_SPAN: "row whose text_a fits"}
+_INPUT_LAYOUT = {
+    NSP: "The input is one sentence per line with a blank line between documents.",
+    MLM: "The input is one sentence per line with a blank line between documents.",
+    PAIR_SPAN: "The input is label<TAB>id<TAB>text_a<TAB>text_b rows.",
+}
 
 
 def create_pretraining_data(settings, stop_signals=None,
@@ -1237,13 +1613,15 @@ def create_pretraining_data(settings, stop_signals=None,
   writer = RoundRobinRecordWriter(output_files)
   num_logged = 0
   try:
-    raw_documents = read_raw_documents(input_files, stats, progress)
+    if settings.pretraining_task == PAIR_SPAN:
+      raw_documents = read_pair_rows(input_files, stats, settings.blank_marker, progress)
+    else:
+      raw_documents = read_raw_documents(input_files, stats, progress)
     for chunk_index, raw_chunk in enumerate(iter_chunks(raw_documents,
                                                         settings.docs_per_chunk)):
       tokenized = tokenize_chunk(raw_chunk, tokenizer, per_instance, segment, num_workers,
                                  context, progress)
-      documents = [document for document in tokenized if document]
-      stats.empty_documents += len(tokenized) - len(documents)
+      documents = _usable_documents(tokenized, per_instance, stats)
       del tokenized
       if not documents:
         progress.bytes_done = progress.bytes_read
@@ -1267,9 +1645,9 @@ def create_pretraining_data(settings, stop_signals=None,
       tf.logging.warning("Skipped %d line(s) that are not valid UTF-8; the first is %s.",
                          stats.skipped_lines, stats.first_skipped_line)
     if not stats.documents:
-      raise UsageError("--input_file=%s: no document with any token in %s. The input is one "
-                       "sentence per line with a blank line between documents."
-                       % (settings.input_file, ", ".join(input_files)))
+      raise UsageError("--input_file=%s: no %s in %s. %s" % (
+          settings.input_file, _INPUT_NOUN[settings.pretraining_task],
+          ", ".join(input_files), _INPUT_LAYOUT[settings.pretraining_task]))
     if not progress.instances_written:
       raise UsageError("--input_file=%s: no instance could be made from %d document(s)."
                        % (settings.input_file, stats.documents))
@@ -1333,6 +1711,16 @@ def define_flags(flag_values=None):
                       "With --do_whole_word_mask: 'jieba' finds the words of raw Chinese text "
                       "with jieba (pip install jieba). Empty: Chinese words are separated by "
                       "spaces in the input.", **where)
+  flags.DEFINE_enum("pretraining_task", NSP, list(PRETRAINING_TASKS),
+                    "nsp: Google's sentence pairs with next_sentence_labels. mlm: [CLS] "
+                    "tokens [SEP] of consecutive sentences, masked LM only (no "
+                    "next_sentence_labels). pair_span: TSV rows label<TAB>id<TAB>text_a"
+                    "<TAB>text_b; a span of b as long as a is masked and "
+                    "next_sentence_labels = 1 - label.", **where)
+  flags.DEFINE_string("blank_marker", DEFAULT_BLANK_MARKER,
+                      "With --pretraining_task=pair_span: a run of this character in text_b "
+                      "(or one literal [MASK]) is the blank. Pick one your text lacks.",
+                      **where)
 
 
 def main(_):

@@ -112,7 +112,7 @@ def pad_batch(features, max_seq_length):
     dict input_ids, input_mask, segment_ids -> int32 [batch, max_seq_length].
   """
   batch = {name: np.zeros([len(features), max_seq_length], np.int32)
-           for name in tfrecord_io.SEQUENCE_FEATURES}
+           for name in tfrecord_io.MODEL_INPUTS}
   for row, (input_ids, segment_ids) in enumerate(features):
     batch["input_ids"][row, :len(input_ids)] = input_ids
     batch["input_mask"][row, :len(input_ids)] = 1
@@ -249,7 +249,7 @@ def build_extraction(devices, model_fn, batch_size, max_seq_length, init_checkpo
   graph = tf.Graph()
   with graph.as_default():
     placeholders = {name: tf.placeholder(tf.int32, [None, max_seq_length], name=name)
-                    for name in tfrecord_io.SEQUENCE_FEATURES}
+                    for name in tfrecord_io.MODEL_INPUTS}
     features = placeholders
     if devices.length_multiple:
       features = tfrecord_io.trim_to_longest(placeholders, devices.length_multiple)

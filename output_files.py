@@ -125,16 +125,29 @@ _OLD_SUFFIX = ".old-tmp"
 
 
 def recover_directory(path):
-  """Finishes or undoes an interrupted replace_directory(path): a half-built new version
-  is removed, and an old version that was moved aside is moved back if nothing replaced it.
+  """Finishes an interrupted replace_directory(path).
+
+  The old version is moved aside only once the new one is complete, so: with `path`
+  missing and an old version aside, the new version is complete and takes its place
+  (roll forward); with no old version aside, a new version is a half-built one and goes.
   """
-  remove_quietly(path + _NEW_SUFFIX)
-  old = path + _OLD_SUFFIX
-  if os.path.isdir(old):
-    if os.path.isdir(path):
-      remove_quietly(old)
-    else:
-      os.rename(old, path)
+  new, old = path + _NEW_SUFFIX, path + _OLD_SUFFIX
+  if os.path.isdir(old) and not os.path.isdir(path):
+    os.rename(new if os.path.isdir(new) else old, path)
+  remove_quietly(new)
+  remove_quietly(old)
+
+
+def recover_directories(directory):
+  """recover_directory() for every replacement left half done in `directory`, and removes
+  the temp files of atomic writes that a killed process left there. Call it with the
+  directory locked (no other run is writing there)."""
+  for name in os.listdir(directory):
+    for suffix in (_NEW_SUFFIX, _OLD_SUFFIX):
+      if name.endswith(suffix):
+        recover_directory(os.path.join(directory, name[:-len(suffix)]))
+    if name.startswith(".tmp-"):
+      remove_quietly(os.path.join(directory, name))
 
 
 def replace_directory(path, fill):
@@ -251,6 +264,7 @@ def claim_output_dir(config):
                          "run_settings.make_run_config() first")
   if config.is_chief:
     lock_output_dir(config.output_dir)
+    recover_directories(config.output_dir)
   else:
     try:
       os.makedirs(config.cache_dir, exist_ok=True)

@@ -1,9 +1,11 @@
 # coding=utf-8
-"""Raw text in, labels out: runs a trained classifier on texts from a file, stdin or HTTP.
+"""Raw text in, labels or entities out: runs a trained classifier or NER model on texts from
+a file, stdin or HTTP.
 
 The model is an export (--export_dir: the base directory, meaning its newest version, or one
 version directory) or a trained output_dir (--output_dir: its best checkpoint, else the
-latest). It is loaded once and runs on every tower (--n_gpus x --towers_per_gpu).
+latest) of run_classifier_mgpu.py or run_ner_mgpu.py; its model_settings.json says which.
+It is loaded once and runs on every tower (--n_gpus x --towers_per_gpu).
 
 Input (--input_file, else stdin): UTF-8, one text per line; with --text_b, each line is
 `text_a<TAB>text_b`. An empty line, or one with no tokens (only control or invisible
@@ -12,8 +14,15 @@ characters), is an error (the message names the file and line).
 Output (--output_file, else stdout): one line per input line, in input order:
 `label<TAB>probability<TAB>p_1<TAB>...<TAB>p_k`, the probabilities in labels.txt order.
 
+An NER model reads the same lines (no --text_b), each character one token as in CLUENER;
+a line longer than max_seq_length - 2 pieces is cut into windows doc_stride pieces apart
+(the model's settings), as run_ner_mgpu.py does. Output: one predict_entities.jsonl line
+per input line, in input order: {"text", "entities": [{"type", "start", "end", "text"}]}
+with character offsets into the line, `end` exclusive.
+
 With --serve=PORT it answers HTTP instead (docs/SERVING.md):
   POST /predict  {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities", "truncated"}
+                 (NER: {"texts": [...]} -> {"entities": [[...], ...]}, one list per text)
   GET  /labels   {"labels": [...]}
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
                  503 {"status": "draining"} after SIGTERM
@@ -32,6 +41,7 @@ import time
 import tensorflow.compat.v1 as tf
 
 import command_line
+import ner_serving
 import run_classifier_mgpu
 import run_settings
 import serving
@@ -49,15 +59,16 @@ MAX_REQUEST_BYTES = 16 << 20
 def define_flags():
   """Defines the flags; called only under __main__, so the module imports anywhere."""
   flags = tf.flags
-  flags.DEFINE_string("export_dir", None, "A SavedModel export of run_classifier_mgpu.py: "
-                      "its base directory (the newest version is used) or one version.")
-  flags.DEFINE_string("output_dir", None, "Or a run_classifier_mgpu.py --do_train output_dir "
-                      "(its best checkpoint, else the latest).")
+  flags.DEFINE_string("export_dir", None, "A SavedModel export of run_classifier_mgpu.py or "
+                      "run_ner_mgpu.py: its base directory (the newest version is used) or "
+                      "one version.")
+  flags.DEFINE_string("output_dir", None, "Or a run_classifier_mgpu.py or run_ner_mgpu.py "
+                      "--do_train output_dir (its best checkpoint, else the latest).")
   flags.DEFINE_string("input_file", None, "Texts, one per line (UTF-8); default: stdin.")
   flags.DEFINE_string("output_file", None, "Where to write the predictions; default: stdout.")
   flags.DEFINE_bool("text_b", False, "Each input line is text_a<TAB>text_b (sentence pairs).")
   command_line.define_device_flags()
-  flags.DEFINE_integer("predict_batch_size", 32, "Texts per tower per step.")
+  flags.DEFINE_integer("predict_batch_size", 32, "Texts (NER: windows) per tower per step.")
   flags.DEFINE_integer("serve", None, "Answer HTTP on this port instead of reading texts "
                        "(0: any free port; the log names it).")
   flags.DEFINE_string("host", "127.0.0.1", "With --serve: the address to bind (0.0.0.0: all).")
@@ -75,7 +86,7 @@ def check_flags():
   """Raises UsageError for flags that cannot work together."""
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (a SavedModel export) and --output_dir "
-                     "(a trained run_classifier_mgpu.py output_dir).")
+                     "(a trained run_classifier_mgpu.py or run_ner_mgpu.py output_dir).")
   command_line.check_positive(FLAGS, ("max_batch", "max_request_texts"))
   for name in ("batch_window_ms", "drain_seconds"):
     if getattr(FLAGS, name) < 0:
@@ -161,17 +172,49 @@ def write_output(text):
 # ---------------------------------------------------------------------------
 
 def load_predictor():
-  """Loads the model of --export_dir or --output_dir onto every tower. Raises UsageError."""
+  """Loads the model of --export_dir or --output_dir onto every tower: a serving.Predictor
+  of a classifier or an ner_serving.NerPredictor. Raises UsageError."""
   if FLAGS.export_dir:
-    model = serving.load_export(FLAGS.export_dir)
+    model = serving.load_export(FLAGS.export_dir, ner_serving.ANY_KIND)
   else:
-    model = serving.load_output_dir(FLAGS.output_dir)
+    model = serving.load_output_dir(FLAGS.output_dir, ner_serving.ANY_KIND)
+  if is_ner(model) and FLAGS.text_b:
+    raise UsageError("--text_b: %s is an NER model, which reads one text per line; drop "
+                     "--text_b." % (FLAGS.export_dir or FLAGS.output_dir))
   devices = run_settings.device_settings_from_flags(FLAGS).check()
-  model_fn = run_classifier_mgpu.create_model_fn(model.bert_config, len(model.files.labels))
-  predictor = serving.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
+  if is_ner(model):
+    predictor = ner_serving.NerPredictor(model, devices, FLAGS.predict_batch_size)
+  else:
+    model_fn = run_classifier_mgpu.create_model_fn(model.bert_config, len(model.files.labels))
+    predictor = serving.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
   tf.logging.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
                   devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)
   return predictor
+
+
+def is_ner(model_or_predictor):
+  """Whether a serving.LoadedModel or a predictor is an NER model's."""
+  if isinstance(model_or_predictor, serving.LoadedModel):
+    return model_or_predictor.files.settings["model"] == serving.NER_KIND
+  return getattr(model_or_predictor, "kind", None) == serving.NER_KIND
+
+
+def format_entities(records):
+  """predict_entities.jsonl lines of entity records."""
+  return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+
+def predict_entities_file(texts, predictor):
+  """File mode of an NER model: predict_entities.jsonl lines of the texts."""
+  start = time.time()
+  features = predictor.featurize(texts)
+  records = predictor.entities(features, predictor.predict(features.features))
+  elapsed = time.time() - start
+  write_output(format_entities(records))
+  tf.logging.info("Found %d entities in %d text(s) (%d window(s)) in %.2f s (%.1f texts/s).",
+                  sum(len(r["entities"]) for r in records), len(texts),
+                  len(features.features.truncated), elapsed, len(texts) / max(elapsed, 1e-9))
+  predictor.close()
 
 
 def log_truncated(count, total, max_seq_length):
@@ -184,6 +227,9 @@ def predict_file():
   """File mode: reads every text first (bad input stops before the model loads)."""
   texts_a, texts_b = read_input()
   predictor = load_predictor()
+  if is_ner(predictor):
+    predict_entities_file(texts_a, predictor)
+    return
   start = time.time()
   try:
     features = predictor.featurize(texts_a, texts_b)
@@ -313,8 +359,10 @@ class ServingState(object):
     arrays of one chunk only and other requests' batches run between its chunks.
 
     Raises:
-      BadRequest: a text has no tokens.
+      BadRequest: a text has no tokens (a classifier), or "texts_b" sent to an NER model.
     """
+    if is_ner(self.predictor):
+      return self._predict_entities(texts, texts_b)
     probabilities, truncated = [], 0
     for start in range(0, len(texts), self.chunk_size):
       chunk_b = texts_b[start:start + self.chunk_size] if texts_b is not None else None
@@ -333,6 +381,19 @@ class ServingState(object):
     return {"labels": [labels[int(row.argmax())] for row in probabilities],
             "probabilities": [[float(p) for p in row] for row in probabilities],
             "truncated": truncated}
+
+  def _predict_entities(self, texts, texts_b):
+    """The reply of an NER model: {"entities": [[entity, ...] per text]}, chunk by chunk."""
+    if texts_b is not None:
+      raise BadRequest('this is an NER model: send "texts" only (no "texts_b")')
+    entities = []
+    for start in range(0, len(texts), self.chunk_size):
+      features = self.predictor.featurize(texts[start:start + self.chunk_size])
+      tag_ids = self.batcher.predict(features.features)
+      entities.extend(r["entities"] for r in self.predictor.entities(features, tag_ids))
+    with self._idle:
+      self.requests += 1
+    return {"entities": entities}
 
 
 # Seconds a client may take for each read of its request (and an idle keep-alive connection

@@ -33,6 +33,7 @@ import classifier_metrics
 import command_line
 import modeling
 import output_files
+import phases
 import run_settings
 import runner
 import serving
@@ -135,7 +136,7 @@ def define_flags():
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_eval", "do_predict", "train_batch_size",
       "eval_batch_size", "predict_batch_size", "learning_rate", "num_train_epochs",
-      "warmup_proportion", "save_checkpoints_steps"])
+      "warmup_proportion", "save_checkpoints_steps", "group_by_length"])
   flags.DEFINE_enum("best_metric", "accuracy", ["accuracy", "macro_f1"], "With --do_train and "
                     "--do_eval: the dev metric whose best checkpoint is kept in output_dir/best"
                     "; eval and predict use output_dir/best whenever it exists.")
@@ -258,11 +259,12 @@ def prepare_output_dir(splits, label_list, processor):
                                                            FLAGS.max_seq_length))
     record_files = {}
     for split, examples in splits.items():
-      record_files[split] = classifier_data.cached_features(
-          split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
-          examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
-          vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-          task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool)[0]
+      with phases.timed("featurize"):
+        record_files[split] = classifier_data.cached_features(
+            split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
+            examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
+            vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+            task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool)[0]
   return config, record_files
 
 
@@ -288,45 +290,57 @@ def main(_):
   def dev_metrics(outputs):
     return classifier_metrics.classification_metrics(outputs, label_list)[0]
 
+  inference = make_inference(config, model_fn, make_dataset)
   if FLAGS.do_train:
     eval_spec = None
     if FLAGS.do_eval:
       metric_key = {"accuracy": "eval_accuracy", "macro_f1": "macro_f1"}[FLAGS.best_metric]
-      eval_spec = runner.EvalSpec(make_dataset("dev", config.global_eval_batch_size),
-                                  dev_metrics, metric_key, FLAGS.early_stopping_patience)
+      eval_spec = runner.EvalSpec(inference.datasets["eval"][0], dev_metrics, metric_key,
+                                  FLAGS.early_stopping_patience)
     shuffle_buffer = min(len(splits["train"]), 100000)
     runner.train(
         config, model_fn,
         lambda skip: tfrecord_io.make_dataset(
             [record_files["train"]], spec, config.micro_batch_size, is_training=True,
             seed=FLAGS.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
-            length_multiple=config.length_multiple),
-        eval_spec)
+            length_multiple=config.length_multiple, group_by_length=config.group_by_length),
+        eval_spec, inference)
     if not config.is_chief:
       return  # the chief evaluates, predicts and exports
 
   if FLAGS.do_eval or FLAGS.do_predict:
-    evaluate_and_predict(config, model_fn, make_dataset, dev_metrics, splits, label_list)
+    evaluate_and_predict(inference, dev_metrics, splits, label_list)
   if FLAGS.export_dir:
     export_model()
 
 
-def evaluate_and_predict(config, model_fn, make_dataset, dev_metrics, splits, label_list):
+def make_inference(config, model_fn, make_dataset):
+  """The runner.Inference of the dev set (--do_eval) and the test set (--do_predict), on
+  the best (else latest) checkpoint; the dev set's make_dataset is also the EvalSpec's."""
+  datasets = {}
+  if FLAGS.do_eval:
+    datasets["eval"] = (make_dataset("dev", config.global_eval_batch_size),
+                        config.global_eval_batch_size)
+  if FLAGS.do_predict:
+    datasets["predict"] = (make_dataset("test", config.global_predict_batch_size),
+                           config.global_predict_batch_size)
+  return runner.Inference(
+      config, model_fn, datasets,
+      lambda: checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
+                                                   best_subdir="best"))
+
+
+def evaluate_and_predict(inference, dev_metrics, splits, label_list):
   """The dev metrics and reports, and the test predictions, with the best (else latest)
-  checkpoint."""
-  checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
-                                                         best_subdir="best")
+  checkpoint (computed in the training session when this process trained)."""
+  checkpoint, why = inference.checkpoint()
   tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
   if FLAGS.do_eval:
-    metrics, outputs = runner.evaluate(config, model_fn,
-                                       make_dataset("dev", config.global_eval_batch_size),
-                                       checkpoint, dev_metrics)
+    metrics, outputs = inference.evaluate("eval", dev_metrics)
     write_eval_reports(FLAGS.output_dir, metrics,
                        classifier_metrics.classification_metrics(outputs, label_list)[1])
   if FLAGS.do_predict:
-    outputs = runner.infer(config, model_fn,
-                           make_dataset("test", config.global_predict_batch_size),
-                           config.global_predict_batch_size, checkpoint)
+    outputs = inference.outputs("predict")
     if len(outputs["probabilities"]) != len(splits["test"]):
       raise AssertionError("%d predictions for %d test examples" % (
           len(outputs["probabilities"]), len(splits["test"])))

@@ -1,6 +1,12 @@
 # coding=utf-8
 """Pre-trains BERT (masked LM + next sentence prediction) on every GPU of a machine.
 
+It trains what the records hold: with next_sentence_labels (create_pretraining_data.py
+--pretraining_task=nsp or pair_span) the masked LM and next-sentence prediction; without
+(--pretraining_task=mlm) the masked LM alone, with no cls/seq_relationship variables, loss
+or metrics. All input files must agree. An --init_checkpoint with or without the
+next-sentence head loads either way; the log says which parts it gave.
+
 The flags are those of Google's run_pretraining.py (docs/FORMATS.md 8) plus the
 runner's multi-GPU ones. The input is the TFRecord
 output of create_pretraining_data.py; --input_file takes comma-separated globs
@@ -51,6 +57,35 @@ def gather_positions(sequence_tensor, positions):
   return tf.gather(flat_sequence, flat_positions)
 
 
+def masked_lm_log_probs(bert_config, sequence_output, embedding_table, positions):
+  """The masked-LM head's log-probabilities over the vocab at `positions`.
+
+  Args:
+    bert_config: BertConfig.
+    sequence_output: float Tensor [batch, seq, hidden].
+    embedding_table: the word embedding variable [vocab, hidden] (the tied output weight).
+    positions: int Tensor [batch, max_pred].
+
+  Returns:
+    float32 Tensor [batch * max_pred, vocab], example by example.
+  """
+  hidden = gather_positions(sequence_output, positions)  # [batch * max_pred, hidden]
+  with tf.variable_scope("cls/predictions"):
+    with tf.variable_scope("transform"):
+      hidden = modeling.dense_layer(
+          hidden, bert_config.hidden_size,
+          activation=modeling.get_activation(bert_config.hidden_act),
+          kernel_initializer=modeling.create_initializer(bert_config.initializer_range),
+          name="dense")
+      hidden = modeling.layer_norm(hidden)
+    output_bias = tf.get_variable("output_bias", [bert_config.vocab_size],
+                                  initializer=tf.zeros_initializer())
+    # [batch * max_pred, vocab]; the softmax and the loss in float32 whatever the precision.
+    logits = tf.cast(tf.nn.bias_add(tf.matmul(hidden, embedding_table, transpose_b=True),
+                                    output_bias), tf.float32)
+    return tf.nn.log_softmax(logits, axis=-1)
+
+
 def masked_lm_head(bert_config, sequence_output, embedding_table, positions, label_ids,
                    label_weights):
   """The masked-LM head: transform, tied output projection, weighted loss.
@@ -66,21 +101,7 @@ def masked_lm_head(bert_config, sequence_output, embedding_table, positions, lab
     (loss scalar, label log-probabilities [batch, max_pred], predictions [batch, max_pred]).
   """
   batch_and_preds = modeling.get_shape_list(positions, expected_rank=2)
-  hidden = gather_positions(sequence_output, positions)  # [batch * max_pred, hidden]
-  with tf.variable_scope("cls/predictions"):
-    with tf.variable_scope("transform"):
-      hidden = modeling.dense_layer(
-          hidden, bert_config.hidden_size,
-          activation=modeling.get_activation(bert_config.hidden_act),
-          kernel_initializer=modeling.create_initializer(bert_config.initializer_range),
-          name="dense")
-      hidden = modeling.layer_norm(hidden)
-    output_bias = tf.get_variable("output_bias", [bert_config.vocab_size],
-                                  initializer=tf.zeros_initializer())
-    # [batch * max_pred, vocab]; the softmax and the loss in float32 whatever the precision.
-    logits = tf.cast(tf.nn.bias_add(tf.matmul(hidden, embedding_table, transpose_b=True),
-                                    output_bias), tf.float32)
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
+  log_probs = masked_lm_log_probs(bert_config, sequence_output, embedding_table, positions)
   flat_ids = tf.reshape(label_ids, [-1])
   one_hot = tf.one_hot(flat_ids, depth=bert_config.vocab_size, dtype=tf.float32)
   label_log_probs = tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch * max_pred]
@@ -117,8 +138,13 @@ def next_sentence_head(bert_config, pooled_output, labels):
   return -tf.reduce_mean(label_log_probs), label_log_probs, predictions
 
 
-def create_model_fn(bert_config):
-  """Returns model_fn(features, is_training) for multigpu: BERT + masked LM + next sentence.
+def create_model_fn(bert_config, next_sentence=True):
+  """Returns model_fn(features, is_training) for multigpu: BERT + masked LM (+ next sentence).
+
+  Args:
+    bert_config: BertConfig.
+    next_sentence: bool; False (records without next_sentence_labels) builds the
+      masked LM alone: no cls/seq_relationship variables, loss or outputs.
 
   The dict it returns holds "loss" (masked-LM loss + next-sentence loss) and the
   per-example outputs the eval metrics need.
@@ -131,17 +157,21 @@ def create_model_fn(bert_config):
         bert_config, model.get_sequence_output(), model.get_embedding_table(),
         features["masked_lm_positions"], features["masked_lm_ids"],
         features["masked_lm_weights"])
+    outputs = {"loss": mlm_loss,
+               "masked_lm_log_probs": mlm_log_probs,
+               "masked_lm_predictions": mlm_predictions,
+               "masked_lm_ids": features["masked_lm_ids"],
+               "masked_lm_weights": features["masked_lm_weights"]}
+    if not next_sentence:
+      return outputs
     nsp_labels = tf.reshape(features["next_sentence_labels"], [-1])  # [batch]
     nsp_loss, nsp_log_probs, nsp_predictions = next_sentence_head(
         bert_config, model.get_pooled_output(), nsp_labels)
-    return {"loss": mlm_loss + nsp_loss,
-            "masked_lm_log_probs": mlm_log_probs,
-            "masked_lm_predictions": mlm_predictions,
-            "masked_lm_ids": features["masked_lm_ids"],
-            "masked_lm_weights": features["masked_lm_weights"],
-            "next_sentence_log_probs": nsp_log_probs,
-            "next_sentence_predictions": nsp_predictions,
-            "next_sentence_labels": nsp_labels}
+    outputs.update({"loss": mlm_loss + nsp_loss,
+                    "next_sentence_log_probs": nsp_log_probs,
+                    "next_sentence_predictions": nsp_predictions,
+                    "next_sentence_labels": nsp_labels})
+    return outputs
   return model_fn
 
 
@@ -149,9 +179,10 @@ def create_model_fn(bert_config):
 # Input
 # ---------------------------------------------------------------------------
 
-def input_feature_spec(max_seq_length, max_predictions_per_seq):
-  """The features create_pretraining_data.py writes (docs/FORMATS.md 6)."""
-  return {
+def input_feature_spec(max_seq_length, max_predictions_per_seq, next_sentence=True):
+  """The features create_pretraining_data.py writes (docs/FORMATS.md 6); without
+  next_sentence_labels when `next_sentence` is False (--pretraining_task=mlm)."""
+  spec = {
       "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
@@ -160,10 +191,19 @@ def input_feature_spec(max_seq_length, max_predictions_per_seq):
       "masked_lm_weights": tf.FixedLenFeature([max_predictions_per_seq], tf.float32),
       "next_sentence_labels": tf.FixedLenFeature([1], tf.int64),
   }
+  if not next_sentence:
+    del spec["next_sentence_labels"]
+  return spec
 
 
 def check_record_lengths(path, feature_spec):
   """Checks the first record of `path` against the feature lengths the flags ask for.
+
+  next_sentence_labels, whether in `feature_spec` or not, is checked when the record
+  holds it.
+
+  Returns:
+    bool, whether the record holds next_sentence_labels.
 
   Raises:
     UsageError: a feature is missing or has another length (the data was written with
@@ -178,6 +218,10 @@ def check_record_lengths(path, feature_spec):
     raise UsageError("%s holds no record. Re-create it with create_pretraining_data.py."
                      % path)
   example = tf.train.Example.FromString(record)
+  has_next_sentence = "next_sentence_labels" in example.features.feature
+  if has_next_sentence:
+    feature_spec = dict(feature_spec,
+                        next_sentence_labels=tf.FixedLenFeature([1], tf.int64))
   for name, spec in sorted(feature_spec.items()):
     if name not in example.features.feature:
       raise UsageError("%s, record 1: no feature %s. --input_file takes the output of "
@@ -191,6 +235,29 @@ def check_record_lengths(path, feature_spec):
               if flag else "")
       raise UsageError("%s, record 1: feature %s has %d values, expected %d.%s" %
                        (path, name, len(values), spec.shape[0], hint))
+  return has_next_sentence
+
+
+def records_task(input_files, max_seq_length, max_predictions_per_seq):
+  """Checks every input file's first record; returns whether they train next sentences.
+
+  Returns:
+    bool: True when the records hold next_sentence_labels (nsp, pair_span), False
+    when they do not (mlm).
+
+  Raises:
+    UsageError: a file does not fit the flags, or some files hold next_sentence_labels
+      and others do not (both named).
+  """
+  spec = input_feature_spec(max_seq_length, max_predictions_per_seq, next_sentence=False)
+  with_labels, without_labels = [], []
+  for path in input_files:
+    (with_labels if check_record_lengths(path, spec) else without_labels).append(path)
+  if with_labels and without_labels:
+    raise UsageError("%s holds next_sentence_labels but %s does not: all input files must be "
+                     "of one --pretraining_task (nsp/pair_span, or mlm)."
+                     % (with_labels[0], without_labels[0]))
+  return bool(with_labels)
 
 
 # ---------------------------------------------------------------------------
@@ -201,13 +268,17 @@ def pretraining_metrics(outputs):
   """Google's pre-training eval metrics from per-example outputs (NumPy).
 
   Masked-LM figures are weighted by masked_lm_weights (padding slots do not count);
-  loss is masked_lm_loss + next_sentence_loss.
+  loss is masked_lm_loss + next_sentence_loss. Without next_sentence_labels in
+  `outputs` (the masked LM alone), the keys are masked_lm_accuracy, masked_lm_loss and
+  loss = masked_lm_loss.
   """
   weights = outputs["masked_lm_weights"].astype(np.float64)  # [n, max_pred]
   total_weight = max(float(weights.sum()), 1e-12)
   correct = (outputs["masked_lm_predictions"] == outputs["masked_lm_ids"]).astype(np.float64)
   mlm_accuracy = float((weights * correct).sum() / total_weight)
   mlm_loss = float(-(weights * outputs["masked_lm_log_probs"]).sum() / total_weight)
+  if "next_sentence_labels" not in outputs:
+    return {"masked_lm_accuracy": mlm_accuracy, "masked_lm_loss": mlm_loss, "loss": mlm_loss}
   nsp_accuracy = float(np.mean(outputs["next_sentence_predictions"] ==
                                outputs["next_sentence_labels"]))
   nsp_loss = float(-np.mean(outputs["next_sentence_log_probs"]))
@@ -249,7 +320,7 @@ def check_flags():
   """Validates flags and files before anything is written.
 
   Returns:
-    (BertConfig, list of input TFRecord files).
+    (BertConfig, list of input TFRecord files, whether they hold next_sentence_labels).
   """
   if not (FLAGS.do_train or FLAGS.do_eval):
     raise UsageError("Nothing to do: pass --do_train and/or --do_eval.")
@@ -259,21 +330,60 @@ def check_flags():
     raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
   bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   input_files = tfrecord_io.expand_input_files(FLAGS.input_file, ".tfrecord")
-  spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
-  for path in input_files:
-    check_record_lengths(path, spec)
-  return bert_config, input_files
+  next_sentence = records_task(input_files, FLAGS.max_seq_length,
+                               FLAGS.max_predictions_per_seq)
+  return bert_config, input_files, next_sentence
+
+
+def describe_init_checkpoint(init_checkpoint, next_sentence):
+  """Logs which parts of the model `init_checkpoint` gives and which start fresh.
+
+  Args:
+    init_checkpoint: a checkpoint prefix.
+    next_sentence: bool, whether the model has the next-sentence head.
+  """
+  try:
+    names = tf.train.load_checkpoint(init_checkpoint).get_variable_to_shape_map()
+  except (tf.errors.OpError, ValueError):
+    return  # the runner reports an unreadable checkpoint
+  def holds(prefix):
+    return any(name.startswith(prefix) for name in names)
+  parts = [("the encoder (bert/)", holds("bert/")),
+           ("the masked-LM head (cls/predictions)", holds("cls/predictions/"))]
+  if next_sentence:
+    parts.append(("the next-sentence head (cls/seq_relationship)",
+                  holds("cls/seq_relationship/")))
+  for part, held in parts:
+    tf.logging.info("--init_checkpoint: %s %s.", part,
+                    "is loaded from it" if held else "is not in it: initialised fresh")
+  if not holds("cls/predictions/"):
+    tf.logging.warning("%s has no masked-LM head (cls/predictions), as HFL's large checkpoints "
+                       "have none usable: the head starts from random weights, so expect a "
+                       "high masked-LM loss in the first steps.", init_checkpoint)
+  if not next_sentence and holds("cls/seq_relationship/"):
+    tf.logging.info("--init_checkpoint: its next-sentence head (cls/seq_relationship) is not "
+                    "used: the records hold no next_sentence_labels.")
 
 
 def main(_):
-  bert_config, input_files = check_flags()
+  bert_config, input_files, next_sentence = check_flags()
   config = run_settings.make_run_config(FLAGS)
   if not FLAGS.do_train:
     checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
   output_files.claim_output_dir(config)
   tf.logging.info("Input: %d TFRecord file(s): %s", len(input_files), ", ".join(input_files))
-  spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
-  model_fn = create_model_fn(bert_config)
+  if next_sentence:
+    tf.logging.info("The records hold next_sentence_labels: training the masked LM and "
+                    "next-sentence prediction.")
+  else:
+    tf.logging.info("The records hold no next_sentence_labels (--pretraining_task=mlm): "
+                    "training the masked LM alone, without a next-sentence head.")
+  if (FLAGS.do_train and FLAGS.init_checkpoint and
+      checkpoints.latest_checkpoint(FLAGS.output_dir) is None):
+    describe_init_checkpoint(FLAGS.init_checkpoint, next_sentence)
+  spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                            next_sentence)
+  model_fn = create_model_fn(bert_config, next_sentence)
 
   def make_eval_dataset():
     return tfrecord_io.make_dataset(

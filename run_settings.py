@@ -29,7 +29,7 @@ XLA_LENGTH_MULTIPLE = 16
 _MAX_STEPS = 2 ** 63 - 1
 
 
-def _flag_value(flag_values, name, default=None):
+def flag_value(flag_values, name, default=None):
   """The value of flag `name`, or `default` when the script does not define it."""
   return getattr(flag_values, name) if name in flag_values else default
 
@@ -124,6 +124,7 @@ class DeviceSettings(object):
                             XLA_LENGTH_MULTIPLE if use_xla else 1)
     self.cluster = cluster
     self.plan = plan  # given by tests; otherwise made by check()
+    self.checked = False  # check() has passed
 
   @property
   def num_towers(self):
@@ -132,10 +133,6 @@ class DeviceSettings(object):
   @property
   def num_workers(self):
     return self.cluster.num_workers if self.cluster else 1
-
-  @property
-  def checked(self):
-    return self.plan is not None
 
   def check(self):
     """Makes the device plan and checks the precision against it. Call it before anything
@@ -149,8 +146,10 @@ class DeviceSettings(object):
       UsageError: more GPUs asked for than are visible, a --variable_update that does not
         fit, or a --precision this TensorFlow or these devices lack.
     """
+    if self.checked:
+      return self
+    check_precision_for_tensorflow(self.precision)  # before asking for the GPUs
     if self.plan is None:
-      check_precision_for_tensorflow(self.precision)  # before asking for the GPUs
       try:
         self.plan = multigpu.plan_devices(
             self.n_gpus, self.towers_per_gpu, self.variables_on_gpu,
@@ -159,16 +158,30 @@ class DeviceSettings(object):
       except ValueError as e:
         raise UsageError(str(e))
     check_precision(self.precision, self.plan)
+    self.checked = True
     return self
 
 
-def device_settings_from_flags(flag_values):
+def device_settings_from_flags(flag_values, training=False):
   """The DeviceSettings of the device flags a script defines (the others keep their
-  defaults). Not yet checked: call check() before writing anything."""
+  defaults). Not yet checked: call check() before writing anything.
+
+  Args:
+    flag_values: tf.flags.FLAGS.
+    training: whether this run trains; only training runs on several workers.
+
+  Raises:
+    UsageError: malformed worker flags, or several workers for a run that does not train.
+  """
   names = ("n_gpus", "towers_per_gpu", "variable_update", "variables_on_gpu", "precision",
            "use_xla", "pad_to_max_seq_length")
   fields = {name: getattr(flag_values, name) for name in names if name in flag_values}
-  return DeviceSettings(cluster=run_cluster(flag_values), **fields)
+  workers = run_cluster(flag_values)
+  if workers is not None and not training:
+    raise UsageError("--worker_hosts (or TF_CONFIG) is for training (--do_train): evaluate, "
+                     "predict and extract with one process (unset TF_CONFIG if it is set "
+                     "for another job).")
+  return DeviceSettings(cluster=workers, **fields)
 
 
 # ---------------------------------------------------------------------------
@@ -210,6 +223,7 @@ class RunConfig(object):
     self.keep_checkpoint_max = fields.pop("keep_checkpoint_max", 5)
     self.log_steps = fields.pop("log_steps", 100)
     self.random_seed = fields.pop("random_seed", None)
+    self.group_by_length = fields.pop("group_by_length", False)  # training batches
     # A description of the training data for the start-of-run log ("800 training examples").
     self.train_data_description = fields.pop("train_data_description", None)
     if fields:
@@ -228,7 +242,7 @@ class RunConfig(object):
   @property
   def plan(self):
     """The checked DevicePlan (checks the devices on first use)."""
-    return self.devices.check().plan if not self.devices.checked else self.devices.plan
+    return self.devices.check().plan
 
   @property
   def cache_dir(self):
@@ -295,22 +309,14 @@ def make_run_config(flag_values, num_train_examples=None, example_noun="training
   Raises:
     UsageError: the training set is less than one global batch, or the devices refuse.
   """
-  devices = device_settings_from_flags(flag_values).check()
+  do_train = flag_value(flag_values, "do_train")
+  devices = device_settings_from_flags(flag_values, training=do_train).check()
   fields = {name: getattr(flag_values, name) for name in (
       "init_checkpoint", "train_batch_size", "eval_batch_size", "predict_batch_size",
       "accumulation_steps", "learning_rate", "optimizer", "save_checkpoints_steps",
-      "keep_checkpoint_max", "log_steps", "random_seed", "worker_timeout_secs",
-      "worker_startup_timeout_secs") if name in flag_values}
-  config = RunConfig(_flag_value(flag_values, "output_dir"), devices=devices, **fields)
-  do_train = _flag_value(flag_values, "do_train")
-  if config.cluster is not None:
-    if not do_train:
-      raise UsageError("--worker_hosts (or TF_CONFIG) is for training (--do_train): evaluate "
-                       "and predict with one process on the chief's output_dir.")
-    try:
-      multigpu.check_variable_update(devices.variable_update, num_workers=config.num_workers)
-    except ValueError as e:
-      raise UsageError(str(e))
+      "keep_checkpoint_max", "log_steps", "random_seed", "group_by_length",
+      "worker_timeout_secs", "worker_startup_timeout_secs") if name in flag_values}
+  config = RunConfig(flag_value(flag_values, "output_dir"), devices=devices, **fields)
   if do_train:
     _training_steps(config, flag_values, num_train_examples, example_noun)
   return config

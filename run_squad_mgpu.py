@@ -26,6 +26,7 @@ import checkpoints
 import command_line
 import modeling
 import output_files
+import phases
 import run_settings
 import runner
 import squad_data
@@ -112,7 +113,8 @@ def define_flags():
   command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_predict", "train_batch_size", "predict_batch_size",
-      "learning_rate", "num_train_epochs", "warmup_proportion", "save_checkpoints_steps"],
+      "learning_rate", "num_train_epochs", "warmup_proportion", "save_checkpoints_steps",
+      "group_by_length"],
       max_seq_length=384)
   flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of a long context's "
                        "windows.")
@@ -164,11 +166,12 @@ def featurize(examples, tokenizer, path, is_training):
     (number of windows, their InputFeatures without id lists when predicting, else []).
   """
   counts = collections.Counter()
-  num_features, features = squad_data.write_features(
-      squad_data.convert_examples_to_features(
-          examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length,
-          is_training, counts),
-      path, is_training, keep_metadata=not is_training)
+  with phases.timed("featurize"):
+    num_features, features = squad_data.write_features(
+        squad_data.convert_examples_to_features(
+            examples, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
+            FLAGS.max_query_length, is_training, counts),
+        path, is_training, keep_metadata=not is_training)
   tf.logging.info("%s: %s", path, ", ".join("%s %d" % kv for kv in sorted(counts.items())))
   return num_features, features
 
@@ -178,17 +181,39 @@ def _write_json(path, value):
 
 
 def checkpoint_for_prediction():
-  """The checkpoint to predict with, checked to hold the span head. Raises UsageError."""
-  checkpoint, _ = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
+  """The checkpoint to predict with, checked to hold the span head, and why it is the one.
+  Raises UsageError."""
+  checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir,
+                                                         FLAGS.init_checkpoint)
   if not tf.train.load_checkpoint(checkpoint).has_tensor("cls/squad/output_weights"):
     raise UsageError("%s has no cls/squad/output_weights: it is not a model fine-tuned for "
                      "reading comprehension. Train one first (--do_train) or point "
                      "--output_dir at one." % checkpoint)
-  return checkpoint
+  return checkpoint, why
 
 
-def train(config, model_fn, tokenizer, train_examples):
-  """Featurizes the training questions and trains (or resumes) on every tower."""
+def prepare_prediction(config, model_fn, tokenizer, predict_examples):
+  """Featurizes the questions to predict (into output_dir/predict.tf_record).
+
+  Returns:
+    (their InputFeatures, a runner.Inference "predict" of them, which train() runs in its
+    session when this process trains).
+  """
+  predict_record = os.path.join(FLAGS.output_dir, "predict.tf_record")
+  _, features = featurize(predict_examples, tokenizer, predict_record, is_training=False)
+  spec = squad_data.input_feature_spec(FLAGS.max_seq_length, is_training=False)
+  make_dataset = lambda: tfrecord_io.make_dataset(
+      [predict_record], spec, config.global_predict_batch_size, is_training=False,
+      length_multiple=config.length_multiple)
+  inference = runner.Inference(
+      config, model_fn, {"predict": (make_dataset, config.global_predict_batch_size)},
+      checkpoint_for_prediction)
+  return features, inference
+
+
+def train(config, model_fn, tokenizer, train_examples, inference=None):
+  """Featurizes the training questions and trains (or resumes) on every tower; with an
+  Inference, predicts in the training session too."""
   # Several workers all enter runner.train, which tells them when there is nothing to do.
   if config.cluster is None and checkpoints.training_finished(config):
     return
@@ -201,25 +226,21 @@ def train(config, model_fn, tokenizer, train_examples):
       lambda skip: tfrecord_io.make_dataset(
           [train_record], spec, config.micro_batch_size, is_training=True,
           seed=FLAGS.random_seed, shuffle_buffer=min(num_features, 100000), skip_batches=skip,
-          length_multiple=config.length_multiple))
+          length_multiple=config.length_multiple,
+          group_by_length=config.group_by_length),
+      inference=inference)
 
 
-def predict(config, model_fn, tokenizer, predict_examples, checkpoint):
-  """Predicts every question on every tower; writes the prediction files and, when the
-  file has answers, eval_results.txt. Files of an earlier run that this one does not
-  write (eval_results.txt, null_odds.json) are removed once the new predictions are
-  written, so none is left looking current, and a failed run leaves the old set whole."""
-  predict_record = os.path.join(FLAGS.output_dir, "predict.tf_record")
-  _, features = featurize(predict_examples, tokenizer, predict_record, is_training=False)
+def predict(inference, predict_examples, features):
+  """Predicts every question on every tower (or takes train()'s predictions); writes the
+  prediction files and, when the file has answers, eval_results.txt. Files of an earlier
+  run that this one does not write (eval_results.txt, null_odds.json) are removed once the
+  new predictions are written, so none is left looking current, and a failed run leaves
+  the old set whole."""
+  checkpoint, _ = inference.checkpoint()
   tf.logging.info("Predicting %d questions in %d windows with %s.", len(predict_examples),
                   len(features), checkpoint)
-  spec = squad_data.input_feature_spec(FLAGS.max_seq_length, is_training=False)
-  outputs = runner.infer(
-      config, model_fn,
-      lambda: tfrecord_io.make_dataset(
-          [predict_record], spec, config.global_predict_batch_size, is_training=False,
-          length_multiple=config.length_multiple),
-      config.global_predict_batch_size, checkpoint)
+  outputs = inference.outputs("predict")
   expected_ids = [feature.unique_id for feature in features]
   if list(outputs["unique_ids"]) != expected_ids:
     raise AssertionError("prediction outputs are not in feature order")
@@ -280,12 +301,13 @@ def main(_):
                                         example_noun="training questions")
   output_files.claim_output_dir(config)
   model_fn = create_model_fn(bert_config, FLAGS.max_seq_length)
+  inference = None
+  if FLAGS.do_predict and config.is_chief:  # the chief predicts
+    features, inference = prepare_prediction(config, model_fn, tokenizer, predict_examples)
   if FLAGS.do_train:
-    train(config, model_fn, tokenizer, train_examples)
-    if not config.is_chief:
-      return  # the chief predicts
-  if FLAGS.do_predict:
-    predict(config, model_fn, tokenizer, predict_examples, checkpoint_for_prediction())
+    train(config, model_fn, tokenizer, train_examples, inference)
+  if inference is not None:
+    predict(inference, predict_examples, features)
 
 
 if __name__ == "__main__":

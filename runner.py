@@ -10,6 +10,7 @@ checkpoints.py's; the other workers of a multi-worker run are behind peers.Peers
 
 import collections
 import os
+import socket
 import time
 
 import numpy as np
@@ -18,6 +19,7 @@ import tensorflow.compat.v1 as tf
 import checkpoints
 import multigpu
 import output_files
+import phases
 import preemption
 from errors import TrainingDiverged, UsageError, write_error
 from peers import Peers
@@ -36,7 +38,7 @@ Fields:
 """
 
 
-def train(config, model_fn, make_train_dataset, eval_spec=None):
+def train(config, model_fn, make_train_dataset, eval_spec=None, inference=None):
   """Trains on every tower until global_step == config.num_train_steps; resumes where it
   stopped.
 
@@ -55,6 +57,10 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
     make_train_dataset: function(skip_batches) -> tf.data.Dataset of micro-batches of
       config.micro_batch_size that first skips `skip_batches` (an int64 scalar tensor).
     eval_spec: EvalSpec or None (used on the chief only).
+    inference: an Inference, or None. A single-process run builds its datasets' towers
+      into the training graph and, once training ends, runs them in the training session
+      on the checkpoint Inference chooses (one graph per job); Inference.outputs() then
+      returns those outputs. Other runs leave it to build a graph of its own.
 
   Returns:
     Path of the last checkpoint (None on a worker that is not the chief).
@@ -70,11 +76,12 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
     return start.latest
   for line in config.describe_training():
     tf.logging.info("Training: %s", line)
-  graph = _build_training_graph(config, model_fn, make_train_dataset, start)
+  with phases.timed("build"):
+    graph = _build_training_graph(config, model_fn, make_train_dataset, start, inference)
   peers = graph.peers
   # In the graph: TF 2.x's v1 Saver and FileWriter refuse to work eagerly.
   with graph.graph.as_default(), peers.session(graph.graph) as sess, \
-      preemption.StopSignals() as stop:
+      preemption.StopSignals() as stop, phases.timed("train"):
     step = _open_training(sess, graph, start)
     if step is None:
       return start.latest  # the chief found nothing to train (several workers)
@@ -83,8 +90,7 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
       health = _StepHealth(config, sess, graph.ops)
       early_stopped = False
       while step < config.num_train_steps and not peers.stopping(stop):
-        result = _run_update(sess, graph, peers.step_feed(stop, graph.ops, step + 1))
-        peers.record_step(result)
+        result = _run_update(sess, graph, stop, step + 1)
         if not health.update_applied(result, step + 1, saving.last_path):
           continue  # fp16 overflow: the update was skipped
         step += 1
@@ -99,6 +105,8 @@ def train(config, model_fn, make_train_dataset, eval_spec=None):
       peers.leave()
       if peers.stopping(stop):
         saving.save_unless_saved(step)  # not evaluated: best/ is left as it is
+    if graph.inference_towers and stop.signum is None:
+      _infer_in_training_session(sess, graph, inference, saving.last_path)
   if peers.stopping(stop) or stop.signum is not None:
     raise preemption.preempted(config, stop.signum, step, saving.last_path, early_stopped)
   return saving.last_path
@@ -139,12 +147,14 @@ class _StartState(object):
 
 _TrainingGraph = collections.namedtuple("_TrainingGraph", [
     "graph", "config", "ops", "fetches", "peers", "train_iterator", "skip_batches",
-    "eval_iterator", "eval_outputs", "saver", "global_init", "local_init"])
+    "eval_iterator", "eval_outputs", "saver", "global_init", "local_init",
+    "inference_towers", "weights_saver"])
 
 
-def _build_training_graph(config, model_fn, make_train_dataset, start):
+def _build_training_graph(config, model_fn, make_train_dataset, start, inference=None):
   """Builds the towers, the update, the eval towers and the saver in a new graph, and
-  sets up the init checkpoint (when there is no checkpoint to resume from)."""
+  sets up the init checkpoint (when there is no checkpoint to resume from). With an
+  Inference in a single-process run, also the towers of its datasets."""
   plan = config.plan
   graph = tf.Graph()
   with graph.as_default(), tf.device(plan.worker_device() if config.cluster else None):
@@ -170,6 +180,11 @@ def _build_training_graph(config, model_fn, make_train_dataset, start):
       eval_outputs = multigpu.build_inference(
           plan, model_fn, eval_iterator.get_next(), config.global_eval_batch_size,
           config.devices.precision, config.devices.use_xla)
+    inference_towers = weights_saver = None
+    if inference is not None and config.cluster is None:
+      inference_towers = _build_inference_towers(config, model_fn, inference, start.eval_spec,
+                                                 (eval_iterator, eval_outputs))
+      weights_saver = tf.train.Saver(_model_weights(), save_relative_paths=True)
     if config.is_chief and not start.latest:
       _set_up_init_checkpoint(config)
     # Replica 0's variables: Google's plain names, whatever --variable_update.
@@ -180,7 +195,7 @@ def _build_training_graph(config, model_fn, make_train_dataset, start):
     training_graph = _TrainingGraph(
         graph, config, ops, fetches, peers, train_iterator, skip_batches, eval_iterator,
         eval_outputs, saver, tf.global_variables_initializer(),
-        tf.local_variables_initializer())
+        tf.local_variables_initializer(), inference_towers, weights_saver)
     graph.finalize()
   return training_graph
 
@@ -194,6 +209,49 @@ def _set_up_init_checkpoint(config):
   missing = checkpoints.init_from_checkpoint(config.init_checkpoint)
   tf.logging.info("Initialised from --init_checkpoint=%s; not in it, so freshly "
                   "initialised: %s", config.init_checkpoint, ", ".join(missing) or "nothing")
+
+
+def _build_inference_towers(config, model_fn, inference, eval_spec, eval_towers):
+  """The iterator and per-example outputs of each of `inference`'s datasets, on the
+  training towers; a dataset that is the eval_spec's (the same make_dataset at the eval
+  batch size) reuses the eval towers.
+
+  Returns:
+    dict name -> (iterator, outputs).
+  """
+  towers = collections.OrderedDict()
+  for name, (make_dataset, batch_size) in inference.datasets.items():
+    if (eval_spec is not None and make_dataset is eval_spec.make_dataset and
+        batch_size == config.global_eval_batch_size):
+      towers[name] = eval_towers
+      continue
+    iterator = tf.data.make_initializable_iterator(make_dataset())
+    towers[name] = (iterator, multigpu.build_inference(
+        config.plan, model_fn, iterator.get_next(), batch_size, config.devices.precision,
+        config.devices.use_xla))
+  return towers
+
+
+def _model_weights():
+  """The variables a prediction reads: the trainable ones under their plain names (with
+  replicated variables, replica 0's; the start sync copies them to the others)."""
+  trainable = set(v.op.name for v in tf.trainable_variables())
+  return [v for v in multigpu.saveable_variables() if v.op.name in trainable]
+
+
+def _infer_in_training_session(sess, graph, inference, last_saved):
+  """Runs `inference`'s datasets on the training session's towers, with the weights of the
+  checkpoint it chooses (restored unless it is the one the session just saved)."""
+  checkpoint, why = inference.checkpoint()
+  tf.logging.info("Evaluating and predicting in the training session with %s (%s).",
+                  checkpoint, why)
+  if os.path.abspath(checkpoint) != os.path.abspath(last_saved or ""):
+    with phases.timed("restore"):
+      graph.weights_saver.restore(sess, checkpoint)
+      graph.peers.sync_start(sess)
+  for name, (iterator, outputs) in graph.inference_towers.items():
+    with phases.timed(name):
+      inference.set_outputs(name, _run_to_end(sess, iterator, outputs))
 
 
 def _open_training(sess, graph, start):
@@ -237,12 +295,17 @@ def _batches_consumed(sess, ops, config):
 # During training
 # ---------------------------------------------------------------------------
 
-def _run_update(sess, graph, feed):
-  """One update: the accumulation micro-batches, then the step that applies them."""
+def _run_update(sess, graph, stop, step):
+  """Update `step`: the accumulation micro-batches, then the step that applies them. That
+  step carries this worker's stop request, read after the micro-batches so a signal during
+  them is not an update late."""
   if graph.ops.accumulate_op is not None:
     for _ in range(graph.config.accumulation_steps):
       sess.run(graph.ops.accumulate_op)
-  return graph.peers.run(sess, graph.fetches, feed)
+  peers = graph.peers
+  result = peers.run(sess, graph.fetches, peers.step_feed(stop, graph.ops, step))
+  peers.record_step(result)
+  return result
 
 
 class _StepHealth(object):
@@ -298,7 +361,11 @@ class _Checkpointing(object):
     if config.is_chief:
       self.writer = _SummaryWriter(config.output_dir)
       if start.eval_spec is not None:
-        self.eval_writer = _SummaryWriter(os.path.join(config.output_dir, "eval"))
+        try:
+          self.eval_writer = _SummaryWriter(os.path.join(config.output_dir, "eval"))
+        except UsageError:
+          self.writer.close(raise_errors=False)
+          raise
 
   def __enter__(self):
     return self
@@ -316,6 +383,17 @@ class _Checkpointing(object):
     spec = self.start.eval_spec
     if spec is None:
       return False
+    try:
+      return self._evaluate(step, spec)
+    except UsageError:
+      # A write refused while recording the evaluation (disk full): the checkpoint goes
+      # too, so that the rerun trains this stretch again and evaluates it, instead of
+      # resuming past an evaluation that best/ and early stopping never saw.
+      checkpoints.discard(self.graph.saver, self.config.output_dir, self.last_path)
+      raise
+
+  def _evaluate(self, step, spec):
+    """Evaluates the checkpoint just saved; returns True when early stopping says stop."""
     metrics = spec.metrics_fn(_run_to_end(self.sess, self.graph.eval_iterator,
                                           self.graph.eval_outputs))
     self.eval_writer.scalars(step, metrics)
@@ -341,31 +419,61 @@ class _Checkpointing(object):
 
 
 class _SummaryWriter(object):
-  """TensorBoard scalars. A write the file system refuses (in TF's writer thread too)
-  stops the run with one line."""
+  """TensorBoard scalars, written and flushed in the calling thread, so a write the file
+  system refuses stops the run with one line (TF's FileWriter writes in a thread: TF 1.15's
+  drops a refused write silently, 2.x's raises a RuntimeError and prints the thread's
+  traceback). The events file is then cut back to its last whole event, or removed."""
 
   def __init__(self, directory):
-    self.directory = directory
+    # FileWriter's name, which TensorBoard and tf.train.summary_iterator read.
+    self.path = os.path.join(directory, "events.out.tfevents.%010d.%s" % (
+        int(time.time()), socket.gethostname()))
+    self.writer, self.whole_bytes = None, 0
     try:
-      self.writer = tf.summary.FileWriter(directory)
+      os.makedirs(directory, exist_ok=True)
+      self.writer = tf.io.TFRecordWriter(self.path)
     except (tf.errors.OpError, OSError) as e:
-      raise write_error(directory, e)
+      raise write_error(self.path, e, self.path)
+    self._write(tf.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+  def _write(self, event):
+    record = event.SerializeToString()
+    try:
+      self.writer.write(record)
+      self.writer.flush()
+    except (tf.errors.OpError, OSError) as e:
+      self._discard_partial_event()
+      raise write_error(self.path, e, self.path)
+    self.whole_bytes += len(record) + 16  # a TFRecord's length, CRCs and data
+
+  def _discard_partial_event(self):
+    try:
+      self.writer.close()
+    except (tf.errors.OpError, OSError):
+      pass  # the write that failed is the error to report
+    self.writer = None
+    try:
+      if self.whole_bytes:
+        os.truncate(self.path, self.whole_bytes)
+      else:
+        os.remove(self.path)
+    except OSError:
+      pass
 
   def scalars(self, step, values):
     summary = tf.Summary(value=[tf.Summary.Value(tag=tag, simple_value=float(value))
                                 for tag, value in sorted(values.items())])
-    try:
-      self.writer.add_summary(summary, step)
-      self.writer.flush()
-    except (tf.errors.OpError, OSError) as e:
-      raise write_error(self.directory, e)
+    self._write(tf.Event(wall_time=time.time(), step=step, summary=summary))
 
   def close(self, raise_errors=True):
+    if self.writer is None:
+      return
+    writer, self.writer = self.writer, None
     try:
-      self.writer.close()
+      writer.close()
     except (tf.errors.OpError, OSError) as e:
       if raise_errors:
-        raise write_error(self.directory, e)
+        raise write_error(self.path, e, self.path)
 
 
 def _format_eta(seconds):
@@ -441,7 +549,7 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
   """
   plan = config.plan.for_inference()
   graph = tf.Graph()
-  with graph.as_default():
+  with graph.as_default(), phases.timed("build"):
     iterator = tf.data.make_initializable_iterator(make_dataset())
     outputs = multigpu.build_inference(plan, model_fn, iterator.get_next(), batch_size,
                                        config.devices.precision, config.devices.use_xla)
@@ -452,9 +560,10 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
           "task. Evaluate or predict with a checkpoint from --do_train.")
     saver = tf.train.Saver(tf.global_variables())
     graph.finalize()
-    with tf.Session(config=plan.session_config()) as sess:
+  with graph.as_default(), tf.Session(config=plan.session_config()) as sess:
+    with phases.timed("restore"):
       saver.restore(sess, checkpoint_path)
-      return _run_to_end(sess, iterator, outputs)
+    return _run_to_end(sess, iterator, outputs)
 
 
 def write_eval_results(output_dir, metrics, checkpoint):
@@ -490,4 +599,68 @@ def evaluate(config, model_fn, make_dataset, checkpoint, metrics_fn):
   return metrics, outputs
 
 
-__all__ = ["EvalSpec", "train", "infer", "evaluate", "write_eval_results", "UsageError"]
+class Inference(object):
+  """Evaluation and prediction after training, in the training graph when there is one.
+
+  A run script makes one before train() with every dataset it will run the model over
+  once training ends, and hands it to train(). A single-process run that trains builds
+  their towers into the training graph and, when training ends, runs them in the training
+  session with the weights of choose_checkpoint() (best/, else the latest): one graph per
+  job. Otherwise (evaluate or predict only, several workers, nothing left to train)
+  outputs() builds a graph of its own and restores the checkpoint into it (infer()). The
+  outputs are the same either way.
+
+  Args:
+    config: RunConfig.
+    model_fn: function(features, is_training) -> dict of per-example outputs.
+    datasets: dict name -> (make_dataset, global batch size); the name is the phase its
+      time counts to ("eval", "predict"). A make_dataset that is the EvalSpec's, at
+      config.global_eval_batch_size, shares the towers that evaluate during training.
+    choose_checkpoint: function() -> (checkpoint path, a phrase saying why), called once,
+      after training.
+  """
+
+  def __init__(self, config, model_fn, datasets, choose_checkpoint):
+    self.config, self.model_fn = config, model_fn
+    self.datasets = collections.OrderedDict(datasets)
+    self.choose_checkpoint = choose_checkpoint
+    self._checkpoint = None
+    self._outputs = {}
+
+  def checkpoint(self):
+    """(path, why): the weights the outputs come from."""
+    if self._checkpoint is None:
+      self._checkpoint = self.choose_checkpoint()
+    return self._checkpoint
+
+  @property
+  def in_training_session(self):
+    """True when train() computed the outputs in its own session."""
+    return bool(self._outputs)
+
+  def set_outputs(self, name, outputs):
+    self._outputs[name] = outputs
+
+  def outputs(self, name):
+    """The per-example outputs of dataset `name` (dict name -> np.ndarray, input order)."""
+    if name not in self._outputs:
+      make_dataset, batch_size = self.datasets[name]
+      with phases.timed(name):
+        self._outputs[name] = infer(self.config, self.model_fn, make_dataset, batch_size,
+                                    self.checkpoint()[0])
+    return self._outputs[name]
+
+  def evaluate(self, name, metrics_fn):
+    """evaluate() on dataset `name`: scores it and writes eval_results.txt.
+
+    Returns:
+      (metrics with global_step, the per-example outputs).
+    """
+    outputs = self.outputs(name)
+    metrics = metrics_fn(outputs)
+    write_eval_results(self.config.output_dir, metrics, self.checkpoint()[0])
+    return metrics, outputs
+
+
+__all__ = ["EvalSpec", "Inference", "train", "infer", "evaluate", "write_eval_results",
+           "UsageError"]

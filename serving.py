@@ -1,16 +1,18 @@
 # coding=utf-8
-"""Putting a trained classifier to work: the files a model needs, SavedModel export, and a
-predictor that turns raw texts into probabilities on every tower.
+"""Putting a trained model to work: the files a model needs, SavedModel export, and a
+predictor that runs featurized texts on every tower.
 
-A trained classifier is complete when its directory holds, beside the weights:
+A trained classifier or NER model is complete when its directory holds, beside the weights:
 
   vocab.txt            the WordPiece vocab it was trained with
   bert_config.json     its BERT config
-  labels.txt           the label list, in label-id order
+  labels.txt           the label (tag) list, in label-id order
   model_settings.json  {"model": "classifier", "task_name", "do_lower_case", "max_seq_length"}
+                       or {"model": "ner", "do_lower_case", "max_seq_length", "doc_stride",
+                       "use_crf"} (ner_serving.py)
 
-run_classifier_mgpu.py --do_train writes them into output_dir; an export carries them in
-its assets.extra/ directory (docs/SERVING.md), so either is enough to serve.
+run_classifier_mgpu.py and run_ner_mgpu.py --do_train write them into output_dir; an export
+carries them in its assets.extra/ directory (docs/SERVING.md), so either is enough to serve.
 """
 
 import collections
@@ -28,9 +30,10 @@ import checkpoints
 import classifier_data
 import command_line
 import multigpu
+import ner_data
 from errors import UsageError, write_error
 from output_files import atomic_write_text
-from tfrecord_io import SEQUENCE_FEATURES
+from tfrecord_io import MODEL_INPUTS
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "bert_config.json"
@@ -41,8 +44,27 @@ ASSET_FILES = (VOCAB_FILE, CONFIG_FILE, LABELS_FILE, SETTINGS_FILE)
 # Files the model graph does not read go here; TF Serving and Triton ignore the directory.
 EXPORT_ASSETS_DIR = "assets.extra"
 
-# The `model` value of model_settings.json for a sentence (pair) classifier.
+# The `model` value of model_settings.json for a sentence (pair) classifier, and for a
+# token classifier (named-entity recognition, ner_serving.py).
 CLASSIFIER_KIND = "classifier"
+NER_KIND = "ner"
+
+# Per kind: what a message calls it, the script that trains and exports it, the settings it
+# needs beside "model", "do_lower_case" and "max_seq_length", and its label-file reader.
+KINDS = {
+    CLASSIFIER_KIND: ("a classifier", "run_classifier_mgpu.py", (),
+                      classifier_data.read_label_file),
+    NER_KIND: ("an NER model", "run_ner_mgpu.py", ("doc_stride", "use_crf"),
+               ner_data.read_label_file),
+}
+
+
+def kind_name(kind):
+  return KINDS[kind][0] if kind in KINDS else "a %r model" % kind
+
+
+def kind_script(kind):
+  return KINDS[kind][1] if kind in KINDS else "run_classifier_mgpu.py"
 
 
 # ---------------------------------------------------------------------------
@@ -79,59 +101,76 @@ def save_model_files(directory, vocab_file, bert_config_file, settings):
                     json.dumps(settings, indent=2) + "\n")
 
 
-def read_settings(path):
-  """Reads and checks a model_settings.json. Raises UsageError."""
+def read_settings(path, kinds=(CLASSIFIER_KIND,)):
+  """Reads and checks a model_settings.json. Raises UsageError.
+
+  Args:
+    path: the file.
+    kinds: the `model` values the caller takes (CLASSIFIER_KIND, NER_KIND); another one is
+      a one-line error naming it.
+  """
+  script = " or ".join(kind_script(kind) for kind in kinds)
   try:
     settings = json.loads(_read_utf8(path))
   except (OSError, ValueError) as e:
     raise UsageError("%s: cannot read it as JSON (%s); export the model again with "
-                     "run_classifier_mgpu.py --export_dir." % (path, e))
+                     "%s --export_dir." % (path, e, script))
   missing = [key for key in ("model", "do_lower_case", "max_seq_length")
              if not isinstance(settings, dict) or key not in settings]
   if missing:
-    raise UsageError("%s lacks %s; export the model again with run_classifier_mgpu.py "
-                     "--export_dir." % (path, ", ".join(missing)))
-  if settings["model"] != CLASSIFIER_KIND:
-    raise UsageError("%s says this is a %r model, not a classifier: give the output_dir or "
-                     "export of a run_classifier_mgpu.py model." % (path, settings["model"]))
+    raise UsageError("%s lacks %s; export the model again with %s --export_dir." %
+                     (path, ", ".join(missing), script))
+  if settings["model"] not in kinds:
+    raise UsageError("%s says this is a %r model, not %s: give the output_dir or export of a "
+                     "%s model." % (path, settings["model"],
+                                    " or ".join(kind_name(kind) for kind in kinds), script))
+  missing = [key for key in KINDS[settings["model"]][2] if key not in settings]
+  if missing:
+    raise UsageError("%s lacks %s; export the model again with %s --export_dir." %
+                     (path, ", ".join(missing), kind_script(settings["model"])))
   return settings
 
 
 ModelFiles = collections.namedtuple(
     "ModelFiles", ["vocab_file", "bert_config_file", "labels_file", "settings", "labels"])
-ModelFiles.__doc__ = """The checked files of a classifier.
+ModelFiles.__doc__ = """The checked files of a classifier or an NER model.
 
 Fields:
   vocab_file, bert_config_file, labels_file: paths.
-  settings: the model_settings.json dict (classifier_settings()).
+  settings: the model_settings.json dict (classifier_settings(), ner_serving.ner_settings());
+    settings["model"] is its kind.
   labels: the label list, in label-id order.
 """
 
 
 def model_files(vocab_file, bert_config_file, labels_file, settings):
-  """ModelFiles of files given one by one (the labels file is read). Raises UsageError."""
+  """ModelFiles of files given one by one (the labels file is read, by the reader of the
+  settings' kind). Raises UsageError."""
   if not os.path.isfile(labels_file):
     raise UsageError("%s: file not found: the label list of the model is missing; train "
-                     "with run_classifier_mgpu.py --do_train, which writes it." % labels_file)
+                     "with %s --do_train, which writes it." %
+                     (labels_file, kind_script(settings["model"])))
   return ModelFiles(vocab_file, bert_config_file, labels_file, settings,
-                    classifier_data.read_label_file(labels_file))
+                    KINDS[settings["model"]][3](labels_file))
 
 
-def find_model_files(directory, advice):
+def find_model_files(directory, advice, kinds=(CLASSIFIER_KIND,)):
   """The model files in `directory` (output_dir or an export's assets.extra), checked.
 
   Args:
     directory: the directory.
     advice: what to do when a file is missing (ends the error message).
+    kinds: the kinds of model the caller takes (read_settings).
 
   Raises:
-    UsageError: a file is missing or unreadable.
+    UsageError: a file is missing or unreadable, or the model is of another kind.
   """
   for name in ASSET_FILES:
     if not os.path.isfile(os.path.join(directory, name)):
-      raise UsageError("%s has no %s: it is not a complete classifier model; %s" %
-                       (directory, name, advice))
-  settings = read_settings(os.path.join(directory, SETTINGS_FILE))
+      raise UsageError("%s has no %s: it is not a complete %s model; %s" %
+                       (directory, name, "classifier" if kinds == (CLASSIFIER_KIND,) else
+                        "trained", advice))
+  settings = read_settings(os.path.join(directory, SETTINGS_FILE), kinds)
   return model_files(os.path.join(directory, VOCAB_FILE),
                      os.path.join(directory, CONFIG_FILE),
                      os.path.join(directory, LABELS_FILE), settings)
@@ -145,19 +184,21 @@ def has_model_files(directory):
 # Checkpoints: which weights, and do they belong to this model?
 # ---------------------------------------------------------------------------
 
-def check_checkpoint_variables(checkpoint, labels_file):
+def check_checkpoint_variables(checkpoint, labels_file, kind=CLASSIFIER_KIND):
   """Raises UsageError unless `checkpoint` holds every variable of the graph being built.
 
   Call it inside the graph, after the model is built. A SQuAD or pretraining checkpoint
-  lacks the classifier head; one trained with another label list has another head shape.
+  lacks the classifier (or NER) head; one trained with another label list has another head
+  shape; an NER model trained without --use_crf lacks the CRF's transitions.
   """
   variables = tf.global_variables()
   missing = checkpoints.missing_variables(checkpoint, variables)
   if missing:
+    name, script = KINDS[kind][:2]
     raise checkpoints.lacking_variables_error(
-        checkpoint, missing, "the classifier's", "it is not a classifier trained with "
-        "run_classifier_mgpu.py (a SQuAD or pretraining checkpoint?). Give a classifier's "
-        "output_dir or export.")
+        checkpoint, missing, "the %s's" % name.split(" ", 1)[1], "it is not %s trained with "
+        "%s (a SQuAD or pretraining checkpoint, or one of another kind?). Give %s's "
+        "output_dir or export." % (name, script, name))
   saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
   for variable in variables:
     shape = variable.shape.as_list()
@@ -211,20 +252,26 @@ def newest_version_dir(export_dir):
                    "--export_dir=%s --output_dir=<trained model>." % (export_dir, export_dir))
 
 
-def _serving_inputs():
+def _serving_inputs(names=MODEL_INPUTS):
   """int32 placeholders [batch, seq], both dimensions dynamic."""
   return collections.OrderedDict(
-      (name, tf.placeholder(tf.int32, [None, None], name=name)) for name in SEQUENCE_FEATURES)
+      (name, tf.placeholder(tf.int32, [None, None], name=name)) for name in names)
 
 
-def _signature_outputs(model_fn, inputs, bert_config, labels):
-  """Builds the serving graph on `inputs`; returns the signature's output tensors."""
+def checked_features(inputs, bert_config):
+  """The serving inputs as model features, behind a check that the sequences fit the
+  position table (a clear error rather than a gather out of range)."""
   max_length = bert_config.max_position_embeddings
   check = tf.assert_less_equal(
       tf.shape(inputs["input_ids"])[1], max_length,
       message="sequences may have at most max_position_embeddings=%d tokens" % max_length)
   with tf.control_dependencies([check]):
-    features = {name: tf.identity(tensor) for name, tensor in inputs.items()}
+    return {name: tf.identity(tensor) for name, tensor in inputs.items()}
+
+
+def _signature_outputs(model_fn, inputs, bert_config, labels):
+  """Builds the serving graph on `inputs`; returns the signature's output tensors."""
+  features = checked_features(inputs, bert_config)
   probabilities = model_fn(features, False)["probabilities"]  # [batch, num_labels]
   label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)  # [batch]
   return collections.OrderedDict([
@@ -330,11 +377,32 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
   Raises:
     UsageError: the checkpoint does not match the model, or export_base cannot be written.
   """
+  return export_saved_model(
+      export_base, files, checkpoint,
+      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files.labels))
+
+
+def export_saved_model(export_base, files, checkpoint, build_outputs):
+  """Writes a SavedModel into the next version directory of export_base (any kind).
+
+  Args:
+    export_base: the --export_dir (created if missing).
+    files: ModelFiles of the trained model; they go into assets.extra/.
+    checkpoint: the weights to export.
+    build_outputs: builds the model on the dict of int32 [batch, seq] placeholders
+      input_ids, input_mask and segment_ids; returns the signature's outputs (a dict).
+
+  Returns:
+    The version directory written.
+
+  Raises:
+    UsageError: the checkpoint does not match the model, or export_base cannot be written.
+  """
   graph = tf.Graph()
   with graph.as_default():
     inputs = _serving_inputs()
-    outputs = _signature_outputs(model_fn, inputs, bert_config, files.labels)
-    check_checkpoint_variables(checkpoint, files.labels_file)
+    outputs = build_outputs(inputs)
+    check_checkpoint_variables(checkpoint, files.labels_file, files.settings["model"])
   try:
     os.makedirs(export_base, exist_ok=True)
   except OSError as e:
@@ -360,11 +428,13 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
 # ---------------------------------------------------------------------------
 
 Features = collections.namedtuple("Features", ["arrays", "truncated"])
-Features.__doc__ = """Model inputs of a list of texts.
+Features.__doc__ = """Model inputs of a list of texts (or, for NER, of their windows).
 
 Fields:
-  arrays: dict input_ids / input_mask / segment_ids -> np.int32 [n, max_seq_length].
-  truncated: np.bool_ [n], whether the text (pair) was cut to max_seq_length.
+  arrays: dict input_ids / input_mask / segment_ids (NER: and tag_mask) -> np.int32
+    [n, max_seq_length].
+  truncated: np.bool_ [n], whether the text (pair) was cut to max_seq_length (NER windows:
+    never).
 """
 
 
@@ -414,7 +484,7 @@ def featurize(tokenizer, max_seq_length, texts_a, texts_b=None):
     NoTokensError: a text tokenizes to nothing (the first such one is named).
   """
   arrays = {name: np.zeros([len(texts_a), max_seq_length], np.int32)
-            for name in SEQUENCE_FEATURES}
+            for name in MODEL_INPUTS}
   truncated = np.zeros([len(texts_a)], np.bool_)
   for row, text_a in enumerate(texts_a):
     example = classifier_data.InputExample(
@@ -432,7 +502,7 @@ def featurize(tokenizer, max_seq_length, texts_a, texts_b=None):
 def concatenate_features(parts):
   """One Features of several, in order."""
   return Features(
-      {name: np.concatenate([p.arrays[name] for p in parts]) for name in SEQUENCE_FEATURES},
+      {name: np.concatenate([p.arrays[name] for p in parts]) for name in parts[0].arrays},
       np.concatenate([p.truncated for p in parts]))
 
 
@@ -453,7 +523,8 @@ Fields:
 """
 
 
-def _load(files, checkpoint, description):
+def load_model(files, checkpoint, description):
+  """A LoadedModel of checked model files and the weights to use."""
   max_seq_length = files.settings["max_seq_length"]
   bert_config = command_line.load_bert_config(files.bert_config_file, max_seq_length)
   tokenizer = command_line.load_tokenizer(files.vocab_file, files.settings["do_lower_case"],
@@ -461,50 +532,60 @@ def _load(files, checkpoint, description):
   return LoadedModel(files, bert_config, tokenizer, checkpoint, description)
 
 
-def load_output_dir(output_dir):
-  """The model of a run_classifier_mgpu.py --do_train output_dir: best checkpoint first.
+def load_output_dir(output_dir, kinds=(CLASSIFIER_KIND,)):
+  """The model of a run_classifier_mgpu.py (or, in `kinds`, run_ner_mgpu.py) --do_train
+  output_dir: best checkpoint first.
 
   Raises:
-    UsageError: a model file or the checkpoint is missing.
+    UsageError: a model file or the checkpoint is missing, or the model is of another kind.
   """
   if not os.path.isdir(output_dir):
     raise UsageError("--output_dir=%s: no such directory." % output_dir)
-  files = find_model_files(output_dir, "train it with this version of "
-                           "run_classifier_mgpu.py --do_train, which saves them there.")
+  files = find_model_files(output_dir, "train it with this version of %s --do_train, which "
+                           "saves them there." % " or ".join(kind_script(k) for k in kinds),
+                           kinds)
   checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None, best_subdir="best")
-  return _load(files, checkpoint, "%s (%s)" % (checkpoint, why))
+  return load_model(files, checkpoint, "%s (%s)" % (checkpoint, why))
 
 
-def load_export(export_dir):
+def load_export(export_dir, kinds=(CLASSIFIER_KIND,)):
   """The model of an export: `export_dir` is a version directory or the base of several.
 
   Raises:
-    UsageError: no SavedModel there, or one without our assets.extra files.
+    UsageError: no SavedModel there, one without our assets.extra files, or one of a kind
+      not in `kinds`.
   """
   version_dir = newest_version_dir(export_dir)
   files = find_model_files(os.path.join(version_dir, EXPORT_ASSETS_DIR),
-                           "export the model with run_classifier_mgpu.py --export_dir.")
+                           "export the model with %s --export_dir." %
+                           " or ".join(kind_script(k) for k in kinds), kinds)
   checkpoint = checkpoint_of_export(version_dir)
   if not tf.gfile.Exists(checkpoint + ".index"):
     raise UsageError("%s has no variables/variables.index: the export is incomplete; export "
                      "again." % version_dir)
-  return _load(files, checkpoint, "the export %s" % version_dir)
+  return load_model(files, checkpoint, "the export %s" % version_dir)
 
 
 class Predictor(object):
-  """A classifier graph on every tower of a DevicePlan, in one session, built once.
+  """A model graph on every tower of a DevicePlan, in one session, built once.
 
   Texts are sorted by length, batched, and each batch is padded only to its longest text.
+  A classifier by default; ner_serving.NerPredictor feeds tag_mask too and reads tag_ids.
   """
 
-  def __init__(self, model, model_fn, devices, batch_size_per_tower):
+  def __init__(self, model, model_fn, devices, batch_size_per_tower, input_names=MODEL_INPUTS,
+               output_name="probabilities"):
     """Builds the graph and restores the weights.
 
     Args:
       model: LoadedModel.
-      model_fn: run_classifier_mgpu.create_model_fn(bert_config, num_labels).
+      model_fn: run_classifier_mgpu.create_model_fn(bert_config, num_labels), or another
+        model_fn whose `output_name` output is [batch, ...] with a fixed shape after the
+        batch (ner_model's pads its outputs back to max_seq_length).
       devices: a checked run_settings.DeviceSettings (towers, precision, XLA, padding).
       batch_size_per_tower: texts per tower per sess.run.
+      input_names: the int32 [batch, seq] features fed (Features.arrays keys).
+      output_name: the model output predict() returns.
 
     Raises:
       UsageError: the weights do not belong to this model (another task's checkpoint).
@@ -518,11 +599,13 @@ class Predictor(object):
     self.length_multiple = devices.length_multiple
     graph = tf.Graph()
     with graph.as_default():
-      self._inputs = _serving_inputs()
-      self._probabilities = multigpu.build_inference(
+      self._inputs = _serving_inputs(input_names)
+      self._output_name = output_name
+      self._output = multigpu.build_inference(
           plan, model_fn, dict(self._inputs), self.global_batch_size,
-          precision=devices.precision, use_xla=devices.use_xla)["probabilities"]
-      check_checkpoint_variables(model.checkpoint, model.files.labels_file)
+          precision=devices.precision, use_xla=devices.use_xla)[output_name]
+      check_checkpoint_variables(model.checkpoint, model.files.labels_file,
+                                 model.files.settings["model"])
       saver = tf.train.Saver(tf.global_variables())
       graph.finalize()
       self._session = tf.Session(graph=graph, config=plan.session_config())
@@ -532,24 +615,30 @@ class Predictor(object):
     return featurize(self.model.tokenizer, self.max_seq_length, texts_a, texts_b)
 
   def predict(self, features):
-    """Class probabilities of featurized texts.
+    """Class probabilities (or the chosen output) of featurized texts.
 
     Args:
       features: Features of n texts.
 
     Returns:
-      np.float32 [n, num_labels], in input order, columns in label-list order.
+      np.float32 [n, num_labels], in input order, columns in label-list order (another
+      output: its rows, in input order).
     """
     lengths = features.arrays["input_mask"].sum(axis=1)  # [n]
     order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths batch together
-    probabilities = np.zeros([len(lengths), len(self.labels)], np.float32)
+    result = None
+    if self._output_name == "probabilities":
+      result = np.zeros([len(lengths), len(self.labels)], np.float32)
     for start in range(0, len(order), self.global_batch_size):
       rows = order[start:start + self.global_batch_size]
       longest = self._padded_length(int(lengths[rows].max()))
-      feed = {self._inputs[name]: features.arrays[name][rows, :longest]
-              for name in SEQUENCE_FEATURES}
-      probabilities[rows] = self._session.run(self._probabilities, feed)
-    return probabilities
+      feed = {placeholder: features.arrays[name][rows, :longest]
+              for name, placeholder in self._inputs.items()}
+      values = self._session.run(self._output, feed)
+      if result is None:
+        result = np.zeros((len(lengths),) + values.shape[1:], values.dtype)
+      result[rows] = values
+    return result
 
   def _padded_length(self, longest):
     if self.length_multiple is None:

@@ -19,6 +19,7 @@ import tensorflow.compat.v1 as tf
 import text_files
 import tfrecord_io
 import tokenization
+import sequence_windows
 from errors import UsageError
 
 # Google's first feature id; ids only have to be unique within a file.
@@ -251,53 +252,17 @@ class InputFeatures(object):
     self.__dict__.update(fields)
 
 
-def doc_windows(num_doc_tokens, max_tokens_for_doc, doc_stride):
-  """The (start, length) windows over a context of `num_doc_tokens` tokens.
-
-  Windows start every doc_stride tokens until one reaches the end. An empty context
-  still gets one empty window, so its question is predicted (as no answer).
-  """
-  windows = []
-  start = 0
-  while True:
-    length = min(num_doc_tokens - start, max_tokens_for_doc)
-    windows.append((start, length))
-    if start + length >= num_doc_tokens:
-      return windows
-    start += min(length, doc_stride)
-
-
-def best_context_windows(windows, num_doc_tokens):
-  """For each context token, the window that gives it the most context.
-
-  A token's context in a window is min(tokens to its left, tokens to its right), plus
-  a small bonus for longer windows to break ties; the first such window wins, as in
-  Google's script.
-
-  Returns:
-    list of int [num_doc_tokens], window indexes.
-  """
-  best_scores = [None] * num_doc_tokens
-  best_windows = [0] * num_doc_tokens
-  for index, (start, length) in enumerate(windows):
-    for position in range(start, start + length):
-      score = min(position - start, start + length - 1 - position) + 0.01 * length
-      if best_scores[position] is None or score > best_scores[position]:
-        best_scores[position], best_windows[position] = score, index
-  return best_windows
-
-
 def max_context_flags(windows, window_index, best_windows=None):
   """For each token of a window: is this the window where it has the most context.
 
   Args:
     windows: list of (start, length).
     window_index: the window.
-    best_windows: best_context_windows(windows, ...), when already computed.
+    best_windows: sequence_windows.max_context_windows(windows, ...), when already computed.
   """
   start, length = windows[window_index]
   if best_windows is None:
-    best_windows = best_context_windows(windows, max(s + n for s, n in windows))
+    best_windows = sequence_windows.max_context_windows(windows, max(s + n for s, n in windows))
   return [best_windows[position] == window_index for position in range(start, start + length)]
 
 
@@ -353,8 +318,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       if answer_span is None:
         counts["answers_without_tokens"] += 1
     max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
-    windows = doc_windows(len(doc_tokens), max_tokens_for_doc, doc_stride)
-    best_windows = best_context_windows(windows, len(doc_tokens))
+    windows = sequence_windows.sliding_windows(len(doc_tokens), max_tokens_for_doc, doc_stride)
+    best_windows = sequence_windows.max_context_windows(windows, len(doc_tokens))
     for window_index, (window_start, window_length) in enumerate(windows):
       tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
       offset = len(tokens)  # position of the window's first token

@@ -49,8 +49,11 @@ def expand_input_files(input_file_flag, directory_suffix=None):
   return files
 
 
-# The features with one value per token position: trimming cuts them all to one length.
-SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+# BERT's inputs, one value per token position.
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# Every feature with one value per token position: trimming cuts them all to one length
+# (tag_ids and tag_mask: run_ner_mgpu.py's per-piece tags and first-piece mask).
+SEQUENCE_FEATURES = MODEL_INPUTS + ("tag_ids", "tag_mask")
 
 
 def trim_to_longest(features, length_multiple=1):
@@ -80,8 +83,77 @@ def trim_to_longest(features, length_multiple=1):
   return trimmed
 
 
+# With group_by_length, each sorted chunk of the shuffled stream gives this many global
+# batches (Hugging Face's group_by_length sorts "mega-batches" of 50 batches the same way).
+GROUP_BATCHES = 50
+
+
+def _decode(records, feature_spec):
+  """Parses a dataset of serialized records (parallel parsing keeps the order)."""
+  return records.map(lambda record: _decode_record(record, feature_spec),
+                     num_parallel_calls=4)
+
+
+def _sort_chunk_into_batches(chunk, chunk_index, seed, group_batches, batch_size):
+  """Cuts one chunk of examples into `group_batches` batches of similar length.
+
+  The rows are sorted by length (a stable sort: the chunk comes shuffled, so examples of
+  equal length stay in random order), cut into consecutive batches, and then the batches'
+  order and the rows within each batch are shuffled by a stateless draw keyed on (seed,
+  chunk_index): the same chunk always gives the same batches, wherever a run starts.
+
+  Returns:
+    dict name -> tensor [group_batches, batch_size, ...].
+  """
+  lengths = tf.reduce_sum(tf.cast(chunk["input_mask"], tf.int32), axis=1)
+  by_length = tf.reshape(tf.argsort(lengths, stable=True), [group_batches, batch_size])
+  keys = tf.random.stateless_uniform([group_batches, batch_size + 1],
+                                     seed=tf.stack([tf.constant(seed, tf.int64), chunk_index]))
+  batch_order = tf.argsort(keys[:, 0])
+  row_order = tf.argsort(keys[:, 1:], axis=1)
+  rows = tf.gather(tf.gather(by_length, row_order, batch_dims=1), batch_order)
+  return {name: tf.gather(tensor, rows) for name, tensor in chunk.items()}
+
+
+def group_into_length_batches(records, feature_spec, batch_size, group_batches, seed,
+                              skip_batches=0):
+  """Global batches of examples of similar length, from an endless shuffled stream.
+
+  The stream is read in chunks of group_batches x batch_size records; each chunk is
+  sorted by length and cut into batches (_sort_chunk_into_batches). Grouping only
+  reorders within a chunk, so every example still comes once per pass over the data
+  (once per epoch), and the global batch is formed before it is split across towers:
+  each tower gets a slice of one length group's batch. Skipping `skip_batches` skips the
+  whole chunks before them unread and then the rest of the batches of the next chunk,
+  so a resumed run sees the same batches as one that never stopped.
+
+  Args:
+    records: a dataset of serialized examples, shuffled and repeated.
+    feature_spec: dict name -> tf.FixedLenFeature, with "input_mask".
+    batch_size, group_batches: the global batch size, and batches per chunk.
+    seed: the seed of the batches' order (None: 0; the stream's shuffle has its own).
+    skip_batches: batches to skip, an int or an int64 scalar tensor.
+
+  Returns:
+    A dataset of dicts name -> tensor [batch_size, ...], padded to the records' length.
+  """
+  if "input_mask" not in feature_spec:
+    raise ValueError("group_by_length needs an input_mask feature to measure lengths")
+  skip_batches = tf.cast(skip_batches, tf.int64)
+  first_chunk = skip_batches // group_batches
+  chunk_size = group_batches * batch_size
+  chunks = _decode(records.skip(first_chunk * chunk_size), feature_spec)
+  chunks = chunks.batch(chunk_size, drop_remainder=True)
+  chunks = tf.data.Dataset.zip((tf.data.Dataset.range(first_chunk, 2 ** 62), chunks))
+  seed = 0 if seed is None else seed
+  batches = chunks.flat_map(lambda index, chunk: tf.data.Dataset.from_tensor_slices(
+      _sort_chunk_into_batches(chunk, index, seed, group_batches, batch_size)))
+  return batches.skip(skip_batches - first_chunk * group_batches)
+
+
 def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed=None,
-                 shuffle_buffer=10000, skip_batches=0, length_multiple=1):
+                 shuffle_buffer=10000, skip_batches=0, length_multiple=1,
+                 group_by_length=False, group_batches=GROUP_BATCHES):
   """Reads TFRecord files into batches of the *global* batch size.
 
   The global batch is formed before it is split across towers, so a seed gives the same
@@ -100,6 +172,10 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
       it already trained on, so it sees the same data as a run that never stopped).
     length_multiple: trim each batch to its longest example rounded up to a multiple of
       this; None keeps every batch padded to the full length of the records.
+    group_by_length: training only: draw each global batch from examples of similar length
+      (group_into_length_batches); needs an input_mask feature.
+    group_batches: with group_by_length, the global batches cut from each sorted chunk of
+      the shuffled stream (at most shuffle_buffer // global_batch_size).
 
   Returns:
     A tf.data.Dataset of dicts name -> tensor [batch, ...].
@@ -108,12 +184,15 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
   if is_training:
     dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.repeat()
-    if isinstance(skip_batches, tf.Tensor) or skip_batches:
+  if is_training and group_by_length:
+    group_batches = max(1, min(group_batches, shuffle_buffer // global_batch_size))
+    dataset = group_into_length_batches(dataset, feature_spec, global_batch_size,
+                                        group_batches, seed, skip_batches)
+  else:
+    if is_training and (isinstance(skip_batches, tf.Tensor) or skip_batches):
       dataset = dataset.skip(tf.cast(skip_batches, tf.int64) * global_batch_size)
-  # Parallel parsing keeps the order (deterministic), so batches do not depend on it.
-  dataset = dataset.map(lambda record: _decode_record(record, feature_spec),
-                        num_parallel_calls=4)
-  dataset = dataset.batch(global_batch_size, drop_remainder=is_training)
+    dataset = _decode(dataset, feature_spec)
+    dataset = dataset.batch(global_batch_size, drop_remainder=is_training)
   if length_multiple:
     dataset = dataset.map(lambda batch: trim_to_longest(batch, length_multiple))
   return dataset.prefetch(2)

@@ -248,6 +248,9 @@ def load_vocab(vocab_file):
 
 # The special tokens every BERT input needs ([MASK] too for pretraining).
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[UNK]")
+# The special tokens that FullTokenizer(literal_special_tokens=True) reads as one token
+# when they are written in the text (those of them that the vocab has).
+LITERAL_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def missing_special_token(vocab, tokens=SPECIAL_TOKENS):
@@ -563,13 +566,19 @@ class WordpieceTokenizer(object):
 class FullTokenizer(object):
   """Runs end-to-end tokenization: BasicTokenizer, then WordpieceTokenizer."""
 
-  def __init__(self, vocab_file, do_lower_case=True):
+  def __init__(self, vocab_file, do_lower_case=True, literal_special_tokens=False):
     """Constructs a FullTokenizer.
 
     Args:
       vocab_file: path of the vocab file (one token per line).
       do_lower_case: bool, must match how the checkpoint was pre-trained.
+      literal_special_tokens: bool; True reads the vocab's special tokens
+        (LITERAL_SPECIAL_TOKENS: [MASK], [SEP], [UNK], ...) written in the text as
+        single tokens, matched case-sensitively before lower-casing, also inside a
+        word ("天[MASK]好" gives 天 [MASK] 好; the text on each side is tokenized on
+        its own). False (Google's behaviour) splits them like any text.
     """
+    self.literal_special_tokens = literal_special_tokens
     self.vocab = load_vocab(vocab_file)
     self.inv_vocab = {index: token for token, index in self.vocab.items()}
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
@@ -579,10 +588,42 @@ class FullTokenizer(object):
     self.cache_size = _DEFAULT_CACHE_SIZE
     self._cache_state = None
 
+  def _special_token_spans(self, text):
+    """Cuts `text` at its literal special tokens (see literal_special_tokens).
+
+    Returns:
+      list of (start, end, is_special): text[start:end] is a special token, or the
+      text between two of them (never empty).
+    """
+    specials = [token for token in LITERAL_SPECIAL_TOKENS if token in self.vocab]
+    spans = []
+    position = 0
+    if specials:
+      for match in re.finditer("|".join(re.escape(token) for token in specials), text):
+        if match.start() > position:
+          spans.append((position, match.start(), False))
+        spans.append((match.start(), match.end(), True))
+        position = match.end()
+    if position < len(text):
+      spans.append((position, len(text), False))
+    return spans
+
   def tokenize(self, text):
     """Tokenizes `text` (str or UTF-8 bytes) into a list of word pieces."""
     if not isinstance(text, str):
       text = convert_to_unicode(text)
+    if not self.literal_special_tokens:
+      return self._tokenize_text(text)
+    pieces = []
+    for start, end, is_special in self._special_token_spans(text):
+      if is_special:
+        pieces.append(text[start:end])
+      else:
+        pieces.extend(self._tokenize_text(text[start:end]))
+    return pieces
+
+  def _tokenize_text(self, text):
+    """tokenize() of a str, special tokens written in it split like any text."""
     basic = self.basic_tokenizer
     wordpiece = self.wordpiece_tokenizer
     wordpiece._check_vocab()  # pylint: disable=protected-access
@@ -614,6 +655,23 @@ class FullTokenizer(object):
       A piece that is part of a word ("##..."), covers only its own characters; an [UNK]
       covers the whole word it replaced.
     """
+    if not self.literal_special_tokens:
+      return self._tokenize_text_with_offsets(text)
+    pieces, starts, ends = [], [], []
+    for start, end, is_special in self._special_token_spans(text):
+      if is_special:
+        pieces.append(text[start:end])
+        starts.append(start)
+        ends.append(end)
+        continue
+      part_pieces, part_starts, part_ends = self._tokenize_text_with_offsets(text[start:end])
+      pieces.extend(part_pieces)
+      starts.extend(offset + start for offset in part_starts)
+      ends.extend(offset + start for offset in part_ends)
+    return pieces, starts, ends
+
+  def _tokenize_text_with_offsets(self, text):
+    """tokenize_with_offsets() with special tokens written in the text split like any text."""
     pieces, starts, ends = [], [], []
     for token, owners in _whitespace_tokens_with_owners(text):
       normalized, normalized_owners = self._normalize_with_owners(token, owners)

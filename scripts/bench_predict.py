@@ -386,7 +386,7 @@ def bench_padding(args, model):
       rows = order[begin:begin + args.batch_size]
       width = predictor.max_seq_length if fixed else int(lengths[rows].max())
       session.run(output, {inputs[name]: features.arrays[name][rows, :width]
-                           for name in serving.SEQUENCE_FEATURES})
+                           for name in serving.MODEL_INPUTS})
     return time.time() - start
 
   one_pass(True), one_pass(False)  # warm-up: first runs of each shape

@@ -348,6 +348,35 @@ def test_predictions_match_a_numpy_forward_pass_in_input_order(full_run, demo_da
   np.testing.assert_allclose(probabilities, expected, atol=2e-5)
 
 
+def test_one_graph_per_job_gives_what_a_fresh_restore_gives(full_run, tmp_path):
+  """--do_train --do_eval --do_predict evaluates and predicts in the training session (one
+  graph per job); an eval- and predict-only run on a copy of output_dir builds its own
+  graph and restores best/: the same files, up to float rounding in the printed numbers."""
+  stderr = full_run.result.stderr
+  assert "Evaluating and predicting in the training session with" in stderr
+  assert "Where the job's time went:" in stderr
+  for phase in ("import", "featurize", "build", "train", "eval", "predict", "total"):
+    assert re.search(r"^INFO:tensorflow:  %s +[\d.]+ s" % phase, stderr, re.M), phase
+  copy = str(tmp_path / "model")
+  shutil.copytree(full_run.output_dir, copy)
+  flags = dict(full_run.flags, output_dir=copy, do_train=False, init_checkpoint=None)
+  result = run_classifier(flags)
+  assert_succeeded(result)
+  assert "in the training session" not in result.stderr
+  assert "best/model.ckpt-%d" % checkpoint_step(full_run.inference_checkpoint) in \
+      result.stderr
+  for name in ("test_results.tsv", "eval_results.txt"):
+    shared = read_lines(os.path.join(full_run.output_dir, name))
+    fresh = read_lines(os.path.join(copy, name))
+    assert len(shared) == len(fresh)
+    for a, b in zip(shared, fresh):
+      values_a = [float(v) for v in re.split(r"\t| = ", a) if re.match(r"^[-\d.e]+$", v)]
+      values_b = [float(v) for v in re.split(r"\t| = ", b) if re.match(r"^[-\d.e]+$", v)]
+      np.testing.assert_allclose(values_a, values_b, rtol=1e-6, atol=1e-7, err_msg=name)
+  assert read_lines(os.path.join(full_run.output_dir, "predict.txt")) == \
+      read_lines(os.path.join(copy, "predict.txt"))
+
+
 def parse_key_values(path):
   lines = read_lines(path)
   pairs = [line.split(" = ", 1) for line in lines]

@@ -19,6 +19,7 @@ import pytest
 import errors
 import reference_tokenizer
 import squad_data
+import sequence_windows
 import squad_scoring
 import tokenization
 
@@ -376,7 +377,7 @@ def test_doc_windows_and_max_context_match_google():
   for num_tokens in range(0, 41):
     for max_tokens in (1, 2, 3, 5, 8, 13):
       for stride in (1, 2, 3, 4, 7, 13, 20):
-        windows = squad_data.doc_windows(num_tokens, max_tokens, stride)
+        windows = sequence_windows.sliding_windows(num_tokens, max_tokens, stride)
         expected = google_doc_spans(num_tokens, max_tokens, stride)
         assert windows == expected, (num_tokens, max_tokens, stride)
         # Every token is the max-context token of exactly one window.
@@ -393,11 +394,11 @@ def test_doc_windows_and_max_context_match_google():
 
 
 def test_doc_windows_hand_checked():
-  assert squad_data.doc_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
-  assert squad_data.doc_windows(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
-  assert squad_data.doc_windows(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]   # stride capped at length
-  assert squad_data.doc_windows(3, 4, 2) == [(0, 3)]
-  assert squad_data.doc_windows(0, 4, 2) == [(0, 0)]
+  assert sequence_windows.sliding_windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+  assert sequence_windows.sliding_windows(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
+  assert sequence_windows.sliding_windows(10, 4, 9) == [(0, 4), (4, 4), (8, 2)]   # stride capped at length
+  assert sequence_windows.sliding_windows(3, 4, 2) == [(0, 3)]
+  assert sequence_windows.sliding_windows(0, 4, 2) == [(0, 0)]
   windows = [(0, 4), (2, 4)]
   # Token 2: window 0 scores min(2, 1) + 0.04 = 1.04, window 1 min(0, 3) + 0.04.
   assert squad_data.max_context_flags(windows, 0) == [True, True, True, False]
@@ -1107,8 +1108,8 @@ def test_v2_golds_that_normalize_to_nothing_are_ignored():
 
 
 def test_max_context_flags_match_with_and_without_precomputed_best_windows():
-  windows = squad_data.doc_windows(50, 12, 5)
-  best = squad_data.best_context_windows(windows, 50)
+  windows = sequence_windows.sliding_windows(50, 12, 5)
+  best = sequence_windows.max_context_windows(windows, 50)
   for index in range(len(windows)):
     assert squad_data.max_context_flags(windows, index, best) == \
         squad_data.max_context_flags(windows, index)

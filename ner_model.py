@@ -1,0 +1,120 @@
+# coding=utf-8
+"""The token-classification head of run_ner_mgpu.py: a dense layer over BERT's sequence
+output, with an optional linear-chain CRF (crf.py).
+
+Variables (docs/FORMATS.md 11): cls/ner/output_weights [num_tags, hidden] and
+cls/ner/output_bias [num_tags], laid out as Google's classifier head; with --use_crf,
+cls/ner/crf/transitions [num_tags, num_tags].
+
+Only the first word piece of each input token carries its tag (features["tag_mask"] = 1);
+the other pieces, [CLS], [SEP] and padding are ignored in the loss and in decoding.
+"""
+
+import tensorflow.compat.v1 as tf
+
+import crf
+import modeling
+
+HEAD_SCOPE = "cls/ner"
+
+
+def _first_pieces_first(values, tag_mask):
+  """Moves each row's first-piece positions to its front, in order.
+
+  Args:
+    values: [batch, seq, ...] tensor.
+    tag_mask: int [batch, seq], 1 on first pieces.
+
+  Returns:
+    (the gathered values [batch, seq, ...], order [batch, seq]: the source position of
+    each gathered entry, lengths [batch]: first pieces per row).
+  """
+  mask = tf.cast(tag_mask, tf.int32)
+  # A stable sort on 0 (first piece) / 1 (other): the first pieces keep their order.
+  order = tf.argsort(1 - mask, axis=1, stable=True)
+  return tf.gather(values, order, batch_dims=1), order, tf.reduce_sum(mask, axis=1)
+
+
+def _crf_outputs(logits, features, transitions):
+  """The CRF's negative log-likelihood per row and its Viterbi tags per piece.
+
+  The CRF runs over the first pieces only, moved together, so a tag's neighbour in the
+  chain is the next token's tag, not the next piece's.
+  """
+  compact_logits, order, lengths = _first_pieces_first(logits, features["tag_mask"])
+  best, _ = crf.crf_decode(compact_logits, lengths, transitions)  # [batch, seq]
+  # Back to piece positions: the inverse of `order`; pieces that are not first get 0.
+  piece_tags = tf.gather(best, tf.argsort(order, axis=1), batch_dims=1)
+  piece_tags *= tf.cast(features["tag_mask"], tf.int32)
+  nll = None
+  if "tag_ids" in features:
+    compact_tags = tf.gather(features["tag_ids"], order, batch_dims=1)
+    nll = -crf.crf_log_likelihood(compact_logits, compact_tags, lengths, transitions)
+  return nll, piece_tags
+
+
+def _row_token_losses(logits, features):
+  """The cross-entropy of each row's first pieces, summed: [batch]."""
+  log_probs = tf.nn.log_softmax(logits, axis=-1)  # [batch, seq, num_tags]
+  one_hot = tf.one_hot(features["tag_ids"], depth=logits.shape[-1], dtype=tf.float32)
+  per_token = -tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch, seq]
+  return tf.reduce_sum(per_token * tf.cast(features["tag_mask"], tf.float32), axis=1)
+
+
+def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None):
+  """Returns model_fn(features, is_training): BERT + the tagging head.
+
+  Args:
+    bert_config: BertConfig.
+    num_tags: the size of the label list.
+    use_crf: decode with a linear-chain CRF and train by its likelihood (the mean over
+      rows of the negative log-likelihood) instead of the token cross-entropy.
+    max_seq_length: if given, the per-piece outputs of a shorter batch are padded back
+      to this length, so that prediction batches of any length concatenate.
+
+  Returns:
+    model_fn; its outputs are "tag_ids" [batch, seq] (the Viterbi path with the CRF, else
+    the argmax; 0 on pieces that are not first), "probabilities" [batch, seq, num_tags]
+    (the softmax of the per-piece scores) and, with tag_ids in the features, "loss".
+  """
+  def model_fn(features, is_training):
+    model = modeling.BertModel(
+        config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+        input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
+    sequence = model.get_sequence_output()  # [batch, seq, hidden]
+    if is_training:
+      sequence = modeling.dropout(sequence, bert_config.hidden_dropout_prob)
+    with tf.variable_scope(HEAD_SCOPE):
+      output_weights = tf.get_variable(
+          "output_weights", [num_tags, bert_config.hidden_size],
+          initializer=tf.truncated_normal_initializer(stddev=0.02))
+      output_bias = tf.get_variable("output_bias", [num_tags],
+                                    initializer=tf.zeros_initializer())
+      transitions = crf.transition_variable(num_tags) if use_crf else None
+    logits = tf.einsum("bsh,kh->bsk", sequence, tf.cast(output_weights, sequence.dtype))
+    logits = tf.cast(logits, tf.float32) + output_bias  # [batch, seq, num_tags], float32
+    outputs = {"probabilities": tf.nn.softmax(logits, axis=-1)}
+    if use_crf:
+      nll, outputs["tag_ids"] = _crf_outputs(logits, features, transitions)
+    else:
+      outputs["tag_ids"] = tf.argmax(logits, axis=-1, output_type=tf.int32) * tf.cast(
+          features["tag_mask"], tf.int32)
+    if "tag_ids" in features:
+      # Per row, for the eval loss: the CRF's NLL, or the summed token cross-entropy and
+      # the tokens it sums over.
+      outputs["row_loss"] = nll if use_crf else _row_token_losses(logits, features)
+      outputs["row_tokens"] = tf.reduce_sum(tf.cast(features["tag_mask"], tf.float32), axis=1)
+    if "loss_weight" in features:
+      # The CRF: the mean over rows. Tokens: loss_weight = (towers x workers) / (first
+      # pieces of the whole micro-batch), set by the input pipeline, so that the mean of
+      # the towers' losses is the mean over every labelled token of the batch (Hugging
+      # Face's token mean), whatever the tower count.
+      outputs["loss"] = (tf.reduce_mean(outputs["row_loss"]) if use_crf else
+                         tf.reduce_sum(outputs["row_loss"] * features["loss_weight"]))
+    if max_seq_length:
+      padding = max_seq_length - tf.shape(logits)[1]
+      outputs["tag_ids"] = tf.pad(outputs["tag_ids"], [[0, 0], [0, padding]])
+      outputs["probabilities"] = tf.pad(outputs["probabilities"],
+                                        [[0, 0], [0, padding], [0, 0]])
+    return outputs
+  return model_fn
