@@ -1021,7 +1021,8 @@ def check_featurizing_inputs(max_seq_length, vocab_file):
 _FEATURIZER = {}
 
 
-def _init_featurizer(vocab_file, do_lower_case, label_map, max_seq_length):
+def _init_featurizer(vocab_file, do_lower_case, label_map, max_seq_length,
+                     literal_special_tokens=False):
   """Builds this process's tokenizer (the pool initializer; also used serially).
 
   It never raises: a pool whose initializer fails restarts the worker forever,
@@ -1031,7 +1032,8 @@ def _init_featurizer(vocab_file, do_lower_case, label_map, max_seq_length):
   _FEATURIZER.update(label_map=label_map, max_seq_length=max_seq_length, error=None)
   try:
     _FEATURIZER["tokenizer"] = tokenization.FullTokenizer(
-        vocab_file=vocab_file, do_lower_case=do_lower_case)
+        vocab_file=vocab_file, do_lower_case=do_lower_case,
+        literal_special_tokens=literal_special_tokens)
   except Exception as e:  # pylint: disable=broad-except
     _FEATURIZER["error"] = e
 
@@ -1107,15 +1109,17 @@ class FeaturizingPool(object):
   """
 
   def __init__(self, vocab_file, do_lower_case, label_list, max_seq_length, num_workers=None,
-               largest_split=None, pool_threshold=POOL_THRESHOLD):
+               largest_split=None, pool_threshold=POOL_THRESHOLD, literal_special_tokens=False):
     """Args:
-      vocab_file, do_lower_case, label_list, max_seq_length: as in write_features.
+      vocab_file, do_lower_case, label_list, max_seq_length, literal_special_tokens: as in
+        write_features.
       num_workers: worker processes; None: one per available CPU.
       largest_split: the most examples a split will have (None: unknown, fork anyway).
       pool_threshold: smallest number of examples that uses the processes.
     """
     label_map = dict((label, index) for index, label in enumerate(label_list))
-    self.init_args = (vocab_file, do_lower_case, label_map, max_seq_length)
+    self.init_args = (vocab_file, do_lower_case, label_map, max_seq_length,
+                      literal_special_tokens)
     self.num_workers = num_workers or processes.available_cpus()
     self.pool_threshold = max(pool_threshold, 1)
     self._pool = None
@@ -1149,7 +1153,8 @@ class FeaturizingPool(object):
 
 
 def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_case,
-                   output_file, num_workers=None, pool_threshold=POOL_THRESHOLD, pool=None):
+                   output_file, num_workers=None, pool_threshold=POOL_THRESHOLD, pool=None,
+                   literal_special_tokens=False):
   """Featurizes examples into a TFRecord file, written through a temp file and a rename.
 
   Args:
@@ -1160,6 +1165,8 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
     do_lower_case: whether the tokenizer lower-cases.
     output_file: the TFRecord file to write.
     num_workers, pool_threshold: for a FeaturizingPool made for this call alone.
+    literal_special_tokens: the tokenizer reads [MASK], [SEP]... written in the text as
+      single tokens (tokenization.FullTokenizer).
     pool: a FeaturizingPool made with the same vocab, labels and max_seq_length; None
       makes one for this call.
 
@@ -1175,7 +1182,7 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
   if pool is not None:
     return _write_features_with(pool, examples, max_seq_length, output_file)
   with FeaturizingPool(vocab_file, do_lower_case, label_list, max_seq_length, num_workers,
-                       len(examples), pool_threshold) as own_pool:
+                       len(examples), pool_threshold, literal_special_tokens) as own_pool:
     return _write_features_with(own_pool, examples, max_seq_length, output_file)
 
 
@@ -1222,21 +1229,25 @@ def _file_sha256(path):
 
 
 def features_cache_key(split, examples_file_paths, label_list, max_seq_length, vocab_file,
-                       do_lower_case, task_name):
+                       do_lower_case, task_name, literal_special_tokens=False):
   """The sha256 (hex) of everything the records of a split depend on.
 
   The bytes of the data files, the vocab and tokenization.py, and the settings:
   split, task name, max_seq_length, label list, do_lower_case and
-  FEATURE_FORMAT_VERSION.
+  FEATURE_FORMAT_VERSION (and literal_special_tokens when set: caches made without the
+  setting keep their key).
   """
-  settings = json.dumps({
+  settings = {
       "format_version": FEATURE_FORMAT_VERSION,
       "split": split,
       "task_name": task_name.lower(),
       "max_seq_length": int(max_seq_length),
       "label_list": list(label_list),
       "do_lower_case": bool(do_lower_case),
-  }, sort_keys=True, ensure_ascii=False)
+  }
+  if literal_special_tokens:
+    settings["literal_special_tokens"] = True
+  settings = json.dumps(settings, sort_keys=True, ensure_ascii=False)
   digest = hashlib.sha256()
   # Each part is hashed on its own first, so no two inputs run together.
   digest.update(hashlib.sha256(settings.encode("utf-8")).digest())
@@ -1278,7 +1289,7 @@ def _remove_stale_caches(output_dir, split, keep_names):
 
 def cached_features(split, examples_file_paths, examples, label_list, max_seq_length,
                     vocab_file, do_lower_case, task_name, output_dir, num_workers=None,
-                    pool_threshold=POOL_THRESHOLD, pool=None):
+                    pool_threshold=POOL_THRESHOLD, pool=None, literal_special_tokens=False):
   """Returns the TFRecord file of a split, featurizing only when no valid cache exists.
 
   The cache is output_dir/<split>-<key>.tf_record, with <split>-<key>.json next to
@@ -1295,13 +1306,13 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
     label_list, max_seq_length, vocab_file, do_lower_case: as in write_features.
     task_name: the task (part of the key).
     output_dir: where the cache lives (created if needed).
-    num_workers, pool_threshold, pool: as in write_features.
+    num_workers, pool_threshold, pool, literal_special_tokens: as in write_features.
 
   Returns:
     (tfrecord_path, num_examples).
   """
   key = features_cache_key(split, examples_file_paths, label_list, max_seq_length,
-                           vocab_file, do_lower_case, task_name)
+                           vocab_file, do_lower_case, task_name, literal_special_tokens)
   base_name = "%s-%s" % (split, key[:16])
   record_path = os.path.join(output_dir, base_name + ".tf_record")
   info_path = os.path.join(output_dir, base_name + ".json")
@@ -1321,7 +1332,8 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
     raise write_error(info_path, e)
   num_examples = write_features(examples, label_list, max_seq_length, vocab_file,
                                 do_lower_case, record_path, num_workers=num_workers,
-                                pool_threshold=pool_threshold, pool=pool)
+                                pool_threshold=pool_threshold, pool=pool,
+                                literal_special_tokens=literal_special_tokens)
   info = {
       "key": key,
       "num_examples": num_examples,

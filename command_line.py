@@ -229,7 +229,8 @@ def load_bert_config(config_file, max_seq_length):
   return bert_config
 
 
-def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file):
+def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file,
+                   literal_special_tokens=False):
   """The FullTokenizer of `vocab_file`, checked against the config's vocab_size.
 
   Raises:
@@ -238,7 +239,8 @@ def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file):
   """
   require_file("vocab_file", vocab_file)
   try:
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case,
+                                           literal_special_tokens=literal_special_tokens)
   except ValueError as e:
     raise UsageError(str(e))
   missing = tokenization.missing_special_token(tokenizer.vocab)

@@ -143,6 +143,10 @@ def define_flags():
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations without "
                        "a better --best_metric (0: never).")
   flags.DEFINE_integer("num_workers", 0, "Processes for featurizing (0: all cores).")
+  flags.DEFINE_bool("literal_special_tokens", False, "Read [MASK], [SEP] and [UNK] written in "
+                    "the texts as single tokens (e.g. blanked texts for a pair classifier "
+                    "after --pretraining_task=pair_span); default: split them, as Google's "
+                    "tokenizer does. Kept in model_settings.json for predict_text.py.")
   flags.DEFINE_string("export_dir", None, "Export the trained classifier as a SavedModel into "
                       "the next numbered version directory here (TF Serving's layout); alone, "
                       "it exports the model in --output_dir and needs no --data_dir.")
@@ -151,6 +155,12 @@ def define_flags():
 # ---------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------
+
+def model_settings():
+  """The model_settings.json of a model trained by this run (serving.py reads it)."""
+  return serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case,
+                                     FLAGS.max_seq_length, FLAGS.literal_special_tokens)
+
 
 def export_only():
   """True when the run only exports an already trained output_dir."""
@@ -197,7 +207,7 @@ def files_to_export():
                      FLAGS.output_dir)
   return serving.model_files(
       FLAGS.vocab_file, FLAGS.bert_config_file, os.path.join(FLAGS.output_dir, "labels.txt"),
-      serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case, FLAGS.max_seq_length))
+      model_settings())
 
 
 def export_model():
@@ -244,9 +254,10 @@ def prepare_output_dir(splits, label_list, processor):
     (RunConfig, dict split -> TFRecord path).
   """
   largest = max([len(examples) for examples in splits.values()] or [0])
-  with classifier_data.FeaturizingPool(FLAGS.vocab_file, FLAGS.do_lower_case, label_list,
-                                       FLAGS.max_seq_length, FLAGS.num_workers or None,
-                                       largest_split=largest) as pool:
+  with classifier_data.FeaturizingPool(
+      FLAGS.vocab_file, FLAGS.do_lower_case, label_list, FLAGS.max_seq_length,
+      FLAGS.num_workers or None, largest_split=largest,
+      literal_special_tokens=FLAGS.literal_special_tokens) as pool:
     config = run_settings.make_run_config(FLAGS,
                                           num_train_examples=len(splits.get("train", ())))
     if not FLAGS.do_train:
@@ -255,8 +266,7 @@ def prepare_output_dir(splits, label_list, processor):
     if FLAGS.do_train and config.is_chief:
       classifier_data.write_label_list(FLAGS.output_dir, label_list)
       serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
-                               serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case,
-                                                           FLAGS.max_seq_length))
+                               model_settings())
     record_files = {}
     for split, examples in splits.items():
       with phases.timed("featurize"):
@@ -264,7 +274,8 @@ def prepare_output_dir(splits, label_list, processor):
             split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
             examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
             vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-            task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool)[0]
+            task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool,
+            literal_special_tokens=FLAGS.literal_special_tokens)[0]
   return config, record_files
 
 
@@ -274,7 +285,7 @@ def main(_):
     export_model()
     return
   command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                              FLAGS.bert_config_file)
+                              FLAGS.bert_config_file, FLAGS.literal_special_tokens)
   classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
   processor = classifier_data.get_processor(FLAGS.task_name)
   splits, label_list = read_splits(processor)
@@ -290,7 +301,8 @@ def main(_):
   def dev_metrics(outputs):
     return classifier_metrics.classification_metrics(outputs, label_list)[0]
 
-  inference = make_inference(config, model_fn, make_dataset)
+  inference = runner.dev_and_test_inference(config, model_fn, make_dataset, FLAGS.do_eval,
+                                            FLAGS.do_predict)
   if FLAGS.do_train:
     eval_spec = None
     if FLAGS.do_eval:
@@ -312,22 +324,6 @@ def main(_):
     evaluate_and_predict(inference, dev_metrics, splits, label_list)
   if FLAGS.export_dir:
     export_model()
-
-
-def make_inference(config, model_fn, make_dataset):
-  """The runner.Inference of the dev set (--do_eval) and the test set (--do_predict), on
-  the best (else latest) checkpoint; the dev set's make_dataset is also the EvalSpec's."""
-  datasets = {}
-  if FLAGS.do_eval:
-    datasets["eval"] = (make_dataset("dev", config.global_eval_batch_size),
-                        config.global_eval_batch_size)
-  if FLAGS.do_predict:
-    datasets["predict"] = (make_dataset("test", config.global_predict_batch_size),
-                           config.global_predict_batch_size)
-  return runner.Inference(
-      config, model_fn, datasets,
-      lambda: checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
-                                                   best_subdir="best"))
 
 
 def evaluate_and_predict(inference, dev_metrics, splits, label_list):

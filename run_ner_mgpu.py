@@ -311,12 +311,13 @@ def main(_):
   def dev_metrics(outputs):
     return ner_metrics(splits["dev"], outputs, label_list, scheme)[0]
 
+  inference = runner.dev_and_test_inference(config, model_fn, make_dataset, FLAGS.do_eval,
+                                            FLAGS.do_predict)
   if FLAGS.do_train:
     eval_spec = None
     if FLAGS.do_eval:
-      eval_spec = runner.EvalSpec(make_dataset("dev", config.global_eval_batch_size),
-                                  dev_metrics, FLAGS.best_metric,
-                                  FLAGS.early_stopping_patience)
+      eval_spec = runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
+                                  FLAGS.best_metric, FLAGS.early_stopping_patience)
     runner.train(
         config, model_fn,
         lambda skip: with_loss_weights(tfrecord_io.make_dataset(
@@ -325,32 +326,27 @@ def main(_):
             skip_batches=skip, length_multiple=config.length_multiple,
             group_by_length=config.group_by_length),
                                        config.num_towers * config.num_workers),
-        eval_spec)
+        eval_spec, inference)
     if not config.is_chief:
       return  # the chief evaluates and predicts
-  evaluate_and_predict(config, model_fn, make_dataset, splits, data_format, label_list,
-                       scheme)
+  if FLAGS.do_eval or FLAGS.do_predict:
+    evaluate_and_predict(inference, splits, data_format, label_list, scheme)
   if FLAGS.export_dir:
     export_model()
 
 
-def evaluate_and_predict(config, model_fn, make_dataset, splits, data_format, label_list,
-                         scheme):
+def evaluate_and_predict(inference, splits, data_format, label_list, scheme):
   """The dev scores and reports, and the test predictions, with the best (else latest)
-  checkpoint."""
-  checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
-                                                         best_subdir="best")
+  checkpoint (computed in the training session when this process trained)."""
+  checkpoint, why = inference.checkpoint()
   tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
   if FLAGS.do_eval:
-    outputs = runner.infer(config, model_fn, make_dataset("dev", config.global_eval_batch_size),
-                           config.global_eval_batch_size, checkpoint)
+    outputs = inference.outputs("eval")
     metrics, result = ner_metrics(splits["dev"], outputs, label_list, scheme)
     runner.write_eval_results(FLAGS.output_dir, metrics, checkpoint)
     write_eval_reports(FLAGS.output_dir, result)
   if FLAGS.do_predict:
-    outputs = runner.infer(config, model_fn,
-                           make_dataset("test", config.global_predict_batch_size),
-                           config.global_predict_batch_size, checkpoint)
+    outputs = inference.outputs("predict")
     tags = sentence_tags(splits["test"], outputs["tag_ids"], label_list, scheme)
     write_predictions(FLAGS.output_dir, splits["test"], data_format, tags)
     tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",

@@ -662,5 +662,31 @@ class Inference(object):
     return metrics, outputs
 
 
-__all__ = ["EvalSpec", "Inference", "train", "infer", "evaluate", "write_eval_results",
-           "UsageError"]
+
+def dev_and_test_inference(config, model_fn, make_dataset, do_eval, do_predict):
+  """The Inference of a run script's dev set (with do_eval) and test set (with do_predict),
+  named "eval" and "predict", on output_dir/best, else the latest checkpoint, else
+  config.init_checkpoint.
+
+  Args:
+    config: RunConfig.
+    model_fn: the script's model function.
+    make_dataset: function(split, batch_size) -> function() -> tf.data.Dataset, for the
+      splits "dev" and "test". The dev set's dataset at config.global_eval_batch_size is
+      also the one to give the EvalSpec (inference.datasets["eval"][0]), so that the
+      towers that evaluate during training are shared.
+    do_eval, do_predict: the flags.
+  """
+  datasets = {}
+  if do_eval:
+    datasets["eval"] = (make_dataset("dev", config.global_eval_batch_size),
+                        config.global_eval_batch_size)
+  if do_predict:
+    datasets["predict"] = (make_dataset("test", config.global_predict_batch_size),
+                           config.global_predict_batch_size)
+  return Inference(config, model_fn, datasets, lambda: checkpoints.checkpoint_for_inference(
+      config.output_dir, config.init_checkpoint, best_subdir=checkpoints.BEST_SUBDIR))
+
+
+__all__ = ["EvalSpec", "Inference", "dev_and_test_inference", "train", "infer", "evaluate",
+           "write_eval_results", "UsageError"]

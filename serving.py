@@ -71,11 +71,16 @@ def kind_script(kind):
 # The files a model needs: vocab, config, labels and tokenizer settings
 # ---------------------------------------------------------------------------
 
-def classifier_settings(task_name, do_lower_case, max_seq_length):
-  """The model_settings.json content of a classifier."""
-  return collections.OrderedDict([
+def classifier_settings(task_name, do_lower_case, max_seq_length,
+                        literal_special_tokens=False):
+  """The model_settings.json content of a classifier (literal_special_tokens only when set,
+  so settings files stay as they were for models trained without it)."""
+  settings = collections.OrderedDict([
       ("model", CLASSIFIER_KIND), ("task_name", task_name),
       ("do_lower_case", bool(do_lower_case)), ("max_seq_length", int(max_seq_length))])
+  if literal_special_tokens:
+    settings["literal_special_tokens"] = True
+  return settings
 
 
 def _read_utf8(path):
@@ -527,8 +532,9 @@ def load_model(files, checkpoint, description):
   """A LoadedModel of checked model files and the weights to use."""
   max_seq_length = files.settings["max_seq_length"]
   bert_config = command_line.load_bert_config(files.bert_config_file, max_seq_length)
-  tokenizer = command_line.load_tokenizer(files.vocab_file, files.settings["do_lower_case"],
-                                          bert_config, files.bert_config_file)
+  tokenizer = command_line.load_tokenizer(
+      files.vocab_file, files.settings["do_lower_case"], bert_config, files.bert_config_file,
+      literal_special_tokens=bool(files.settings.get("literal_special_tokens", False)))
   return LoadedModel(files, bert_config, tokenizer, checkpoint, description)
 
 
