@@ -20,13 +20,13 @@ checkpoints load in Google's scripts and in run_classifier_mgpu.py.
 usual choice for large global batches.
 """
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
 import checkpoints
 import command_line
 import modeling
 import output_files
+import pretraining_data
 import run_settings
 import runner
 import tfrecord_io
@@ -176,118 +176,6 @@ def create_model_fn(bert_config, next_sentence=True):
 
 
 # ---------------------------------------------------------------------------
-# Input
-# ---------------------------------------------------------------------------
-
-def input_feature_spec(max_seq_length, max_predictions_per_seq, next_sentence=True):
-  """The features create_pretraining_data.py writes (docs/FORMATS.md 6); without
-  next_sentence_labels when `next_sentence` is False (--pretraining_task=mlm)."""
-  spec = {
-      "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "masked_lm_positions": tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_ids": tf.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_weights": tf.FixedLenFeature([max_predictions_per_seq], tf.float32),
-      "next_sentence_labels": tf.FixedLenFeature([1], tf.int64),
-  }
-  if not next_sentence:
-    del spec["next_sentence_labels"]
-  return spec
-
-
-def check_record_lengths(path, feature_spec):
-  """Checks the first record of `path` against the feature lengths the flags ask for.
-
-  next_sentence_labels, whether in `feature_spec` or not, is checked when the record
-  holds it.
-
-  Returns:
-    bool, whether the record holds next_sentence_labels.
-
-  Raises:
-    UsageError: a feature is missing or has another length (the data was written with
-      another --max_seq_length or --max_predictions_per_seq), or the file is not TFRecord.
-  """
-  try:
-    record = next(iter(tf.python_io.tf_record_iterator(path)), None)
-  except tf.errors.OpError as e:
-    raise UsageError("%s is not a readable TFRecord file (%s). --input_file takes the output "
-                     "of create_pretraining_data.py." % (path, e.message.split("\n")[0]))
-  if record is None:
-    raise UsageError("%s holds no record. Re-create it with create_pretraining_data.py."
-                     % path)
-  example = tf.train.Example.FromString(record)
-  has_next_sentence = "next_sentence_labels" in example.features.feature
-  if has_next_sentence:
-    feature_spec = dict(feature_spec,
-                        next_sentence_labels=tf.FixedLenFeature([1], tf.int64))
-  for name, spec in sorted(feature_spec.items()):
-    if name not in example.features.feature:
-      raise UsageError("%s, record 1: no feature %s. --input_file takes the output of "
-                       "create_pretraining_data.py." % (path, name))
-    feature = example.features.feature[name]
-    values = feature.float_list.value if spec.dtype == tf.float32 else feature.int64_list.value
-    if len(values) != spec.shape[0]:
-      flag = ("--max_predictions_per_seq" if name.startswith("masked_lm")
-              else "--max_seq_length" if name != "next_sentence_labels" else None)
-      hint = (" Set %s=%d to match the data (or re-create it)." % (flag, len(values))
-              if flag else "")
-      raise UsageError("%s, record 1: feature %s has %d values, expected %d.%s" %
-                       (path, name, len(values), spec.shape[0], hint))
-  return has_next_sentence
-
-
-def records_task(input_files, max_seq_length, max_predictions_per_seq):
-  """Checks every input file's first record; returns whether they train next sentences.
-
-  Returns:
-    bool: True when the records hold next_sentence_labels (nsp, pair_span), False
-    when they do not (mlm).
-
-  Raises:
-    UsageError: a file does not fit the flags, or some files hold next_sentence_labels
-      and others do not (both named).
-  """
-  spec = input_feature_spec(max_seq_length, max_predictions_per_seq, next_sentence=False)
-  with_labels, without_labels = [], []
-  for path in input_files:
-    (with_labels if check_record_lengths(path, spec) else without_labels).append(path)
-  if with_labels and without_labels:
-    raise UsageError("%s holds next_sentence_labels but %s does not: all input files must be "
-                     "of one --pretraining_task (nsp/pair_span, or mlm)."
-                     % (with_labels[0], without_labels[0]))
-  return bool(with_labels)
-
-
-# ---------------------------------------------------------------------------
-# Metrics and output files
-# ---------------------------------------------------------------------------
-
-def pretraining_metrics(outputs):
-  """Google's pre-training eval metrics from per-example outputs (NumPy).
-
-  Masked-LM figures are weighted by masked_lm_weights (padding slots do not count);
-  loss is masked_lm_loss + next_sentence_loss. Without next_sentence_labels in
-  `outputs` (the masked LM alone), the keys are masked_lm_accuracy, masked_lm_loss and
-  loss = masked_lm_loss.
-  """
-  weights = outputs["masked_lm_weights"].astype(np.float64)  # [n, max_pred]
-  total_weight = max(float(weights.sum()), 1e-12)
-  correct = (outputs["masked_lm_predictions"] == outputs["masked_lm_ids"]).astype(np.float64)
-  mlm_accuracy = float((weights * correct).sum() / total_weight)
-  mlm_loss = float(-(weights * outputs["masked_lm_log_probs"]).sum() / total_weight)
-  if "next_sentence_labels" not in outputs:
-    return {"masked_lm_accuracy": mlm_accuracy, "masked_lm_loss": mlm_loss, "loss": mlm_loss}
-  nsp_accuracy = float(np.mean(outputs["next_sentence_predictions"] ==
-                               outputs["next_sentence_labels"]))
-  nsp_loss = float(-np.mean(outputs["next_sentence_log_probs"]))
-  return {"masked_lm_accuracy": mlm_accuracy, "masked_lm_loss": mlm_loss,
-          "next_sentence_accuracy": nsp_accuracy, "next_sentence_loss": nsp_loss,
-          "loss": mlm_loss + nsp_loss}
-
-
-# ---------------------------------------------------------------------------
 # Flags: Google's run_pretraining.py flags with their defaults, then ours
 # ---------------------------------------------------------------------------
 
@@ -330,8 +218,8 @@ def check_flags():
     raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
   bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   input_files = tfrecord_io.expand_input_files(FLAGS.input_file, ".tfrecord")
-  next_sentence = records_task(input_files, FLAGS.max_seq_length,
-                               FLAGS.max_predictions_per_seq)
+  next_sentence = pretraining_data.records_task(input_files, FLAGS.max_seq_length,
+                                                FLAGS.max_predictions_per_seq)
   return bert_config, input_files, next_sentence
 
 
@@ -381,8 +269,8 @@ def main(_):
   if (FLAGS.do_train and FLAGS.init_checkpoint and
       checkpoints.latest_checkpoint(FLAGS.output_dir) is None):
     describe_init_checkpoint(FLAGS.init_checkpoint, next_sentence)
-  spec = input_feature_spec(FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                            next_sentence)
+  spec = pretraining_data.input_feature_spec(FLAGS.max_seq_length,
+                                             FLAGS.max_predictions_per_seq, next_sentence)
   model_fn = create_model_fn(bert_config, next_sentence)
 
   def make_eval_dataset():
@@ -393,7 +281,8 @@ def main(_):
   if FLAGS.do_train:
     # No best/ copy: pretraining keeps going from the latest checkpoint, and copying the
     # weights with their optimizer slots at every improvement only costs disk and time.
-    eval_spec = (runner.EvalSpec(make_eval_dataset, pretraining_metrics, None, None)
+    eval_spec = (runner.EvalSpec(make_eval_dataset, pretraining_data.pretraining_metrics,
+                                 None, None)
                  if FLAGS.do_eval else None)
     runner.train(
         config, model_fn,
@@ -408,7 +297,8 @@ def main(_):
     checkpoint, _ = checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint)
     tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
                     FLAGS.max_eval_steps, config.global_eval_batch_size)
-    runner.evaluate(config, model_fn, make_eval_dataset, checkpoint, pretraining_metrics)
+    runner.evaluate(config, model_fn, make_eval_dataset, checkpoint,
+                    pretraining_data.pretraining_metrics)
 
 
 if __name__ == "__main__":

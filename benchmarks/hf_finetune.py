@@ -171,23 +171,8 @@ def main(argv=None):
   scheduler = transformers.get_linear_schedule_with_warmup(
       optimizer, int(num_steps * args.warmup_proportion), num_steps)
 
-  start = time.perf_counter()
-  model.train()
-  step, trained_examples, loss = 0, 0, float("nan")
-  while step < num_steps:
-    for batch in loader:
-      optimizer.zero_grad(set_to_none=True)
-      output = model(**batch)
-      output.loss.backward()
-      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-      optimizer.step()
-      scheduler.step()
-      loss = output.loss.item()
-      trained_examples += batch["input_ids"].shape[0]
-      step += 1
-      if step == num_steps:
-        break
-  train_seconds = time.perf_counter() - start
+  trained_examples, loss, train_seconds = hf_common.train_steps(
+      model, loader, optimizer, scheduler, num_steps)
 
   start = time.perf_counter()
   dev_accuracy = None

@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 import cli
 import create_pretraining_data as cpd
 import modeling
+import pretraining_data
 import run_pretraining_mgpu
 from errors import UsageError
 
@@ -239,7 +240,7 @@ def save_checkpoint(path, next_sentence, masked_lm=True):
   """A random tiny checkpoint: BERT, the masked-LM head unless told, and the NSP head."""
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
   with tf.Graph().as_default():
-    spec = run_pretraining_mgpu.input_feature_spec(MAX_SEQ_LENGTH, MAX_PREDICTIONS,
+    spec = pretraining_data.input_feature_spec(MAX_SEQ_LENGTH, MAX_PREDICTIONS,
                                                    next_sentence)
     features = {name: tf.zeros([2] + s.shape, tf.float32 if s.dtype == tf.float32
                                else tf.int32) for name, s in spec.items()}
@@ -343,5 +344,5 @@ def test_mlm_only_metrics_and_model_variables():
   outputs = {"masked_lm_weights": np.array([[1.0, 0.0]]),
              "masked_lm_log_probs": np.array([[-2.0, -9.0]]),
              "masked_lm_predictions": np.array([[3, 1]]), "masked_lm_ids": np.array([[3, 0]])}
-  assert run_pretraining_mgpu.pretraining_metrics(outputs) == {
+  assert pretraining_data.pretraining_metrics(outputs) == {
       "masked_lm_accuracy": 1.0, "masked_lm_loss": 2.0, "loss": 2.0}

@@ -22,6 +22,7 @@ import modeling
 import multigpu
 import numpy_bert
 import optimization
+import pretraining_data
 import run_pretraining_mgpu
 
 NUM_WORDS = 24
@@ -100,7 +101,7 @@ def workspace(tmp_path_factory):
   init_checkpoint = os.path.join(root, "init", "model.ckpt")
   with tf.Graph().as_default():
     tf.set_random_seed(1)
-    spec = run_pretraining_mgpu.input_feature_spec(MAX_SEQ_LENGTH, MAX_PREDICTIONS)
+    spec = pretraining_data.input_feature_spec(MAX_SEQ_LENGTH, MAX_PREDICTIONS)
     features = {name: tf.zeros([2] + s.shape, tf.float32 if s.dtype == tf.float32
                                else tf.int32) for name, s in spec.items()}
     run_pretraining_mgpu.create_model_fn(bert_config)(features, False)
@@ -287,7 +288,7 @@ def test_loss_matches_numpy(workspace):
   mlm_loss, nsp_loss = numpy_heads(values, config, features)
   assert mlm_loss > 1.0
   np.testing.assert_allclose(loss, mlm_loss + nsp_loss, rtol=1e-4)
-  metrics = run_pretraining_mgpu.pretraining_metrics({
+  metrics = pretraining_data.pretraining_metrics({
       "masked_lm_weights": features["masked_lm_weights"],
       "masked_lm_log_probs": np.zeros([batch, preds]),
       "masked_lm_predictions": features["masked_lm_ids"] * np.array([1, 0, 1, 1]),
