@@ -17,7 +17,7 @@ import tensorflow.compat.v1 as tf
 import modeling
 import multigpu
 import output_files
-from errors import UsageError, write_error
+from errors import UsageError, error_reason, write_error
 
 BEST_SUBDIR = "best"
 
@@ -78,6 +78,32 @@ def init_from_checkpoint(init_checkpoint):
   return [v.op.name for v in tvars if v.op.name not in initialized]
 
 
+# Variables a model builds but never reads when it only runs the encoder (or the encoder
+# and the masked-LM head): a checkpoint may lack them.
+UNREAD_SCOPES = ("bert/pooler/",)
+
+
+def load_pretrained_weights(init_checkpoint):
+  """Initialises the graph's variables from a pretrained checkpoint (extract_features,
+  fill_mask) and refuses one that lacks any of them but UNREAD_SCOPES.
+
+  Returns:
+    The names it lacks that the model does not read.
+
+  Raises:
+    UsageError: a variable the model reads is missing (it is not this config's BERT), or a
+      shape differs.
+  """
+  missing = init_from_checkpoint(init_checkpoint)
+  needed = [name for name in missing if not name.startswith(UNREAD_SCOPES)]
+  if needed:
+    raise lacking_variables_error(
+        "--init_checkpoint=" + init_checkpoint, needed, "BERT's", "it is not a BERT "
+        "checkpoint of this --bert_config_file. Use the bert_model.ckpt that came with the "
+        "config.")
+  return missing
+
+
 def lacking_variables_error(checkpoint, missing, what, advice):
   """The UsageError for a checkpoint that lacks `missing` (variable names) of a model.
 
@@ -105,21 +131,6 @@ def _checkpoint_files(prefix):
   return glob.glob(glob.escape(prefix) + ".*") + glob.glob(glob.escape(prefix) + "_temp*")
 
 
-def _file_system_error(error):
-  """An OSError holding the reason of a TensorFlow (or OS) error about a file.
-
-  TensorFlow words a refused write "<file>; <reason>" (the file often a temp file), and
-  TF 2.x puts "Graph execution error:" and the op's stack before that line.
-  """
-  if isinstance(error, OSError):
-    return error
-  lines = [line.strip() for line in (getattr(error, "message", None) or str(error)).split("\n")]
-  for line in lines:
-    if "; " in line:
-      return OSError(line.rsplit("; ", 1)[1])
-  return OSError(next((line for line in lines if line), type(error).__name__))
-
-
 def save(saver, sess, output_dir, step):
   """Saves the variables as output_dir/model.ckpt-<step> and names it the latest.
 
@@ -142,7 +153,7 @@ def save(saver, sess, output_dir, step):
       partial += _checkpoint_files(prefix)
     for path in partial:
       output_files.remove_quietly(path)
-    raise write_error(prefix, _file_system_error(e))
+    raise write_error(prefix, e)
   tf.logging.info("Saved %s", path)
   return path
 
@@ -239,7 +250,7 @@ class BestCheckpoint(object):
       tf.train.update_checkpoint_state(os.path.abspath(directory), name,
                                        all_model_checkpoint_paths=[name])
     except tf.errors.OpError as e:
-      raise _file_system_error(e)
+      raise OSError(error_reason(e))  # replace_directory names best/ in the error
     with open(os.path.join(directory, "best_metric.json"), "w", encoding="utf-8") as f:
       f.write(self._state_json(name))
 

@@ -14,6 +14,7 @@
 
 import collections
 import difflib
+import os
 import signal
 import sys
 
@@ -202,6 +203,43 @@ def _check_init_checkpoint(flag_values):
       tokenization.validate_case_matches_checkpoint(flag_values.do_lower_case, init_checkpoint)
     except ValueError as e:
       raise UsageError(str(e))
+
+
+def export_only(flag_values):
+  """True when a run only exports a trained output_dir (--export_dir and no --do_*)."""
+  return bool(flag_values.export_dir) and not (
+      flag_values.do_train or flag_values.do_eval or flag_values.do_predict)
+
+
+def check_actions(flag_values, data_flags):
+  """The first checks of a script with --do_train/--do_eval/--do_predict/--export_dir:
+  something to do, the flags it needs, --export_dir a directory, a sane patience.
+
+  Args:
+    flag_values: tf.flags.FLAGS.
+    data_flags: the flags that name the data (needed unless the run only exports).
+
+  Returns:
+    export_only(flag_values).
+
+  Raises:
+    UsageError: the first problem.
+  """
+  if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict or
+          flag_values.export_dir):
+    raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
+                     "--do_predict, --export_dir.")
+  only_export = export_only(flag_values)
+  for name in ("output_dir",) + (() if only_export else tuple(data_flags)):
+    if not getattr(flag_values, name):
+      raise UsageError("--%s is required." % name)
+  if flag_values.export_dir and os.path.isfile(flag_values.export_dir):
+    raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
+                     flag_values.export_dir)
+  if flag_values.early_stopping_patience < 0:
+    raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
+                     flag_values.early_stopping_patience)
+  return only_export
 
 
 def require_file(flag_name, path):

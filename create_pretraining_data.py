@@ -740,6 +740,14 @@ def _flatten(sentences):
   return [token for sentence in sentences for token in sentence]
 
 
+def _target_length(max_num_tokens, short_seq_prob, rng):
+  """The length an instance aims for: mostly max_num_tokens, sometimes (short_seq_prob) a
+  random shorter one, so that the model also sees the short sequences of fine-tuning."""
+  if rng.random() < short_seq_prob:
+    return rng.randint(2, max_num_tokens)
+  return max_num_tokens
+
+
 def create_instances_from_document(all_documents, document_index, max_seq_length,
                                    short_seq_prob, masked_lm_prob, max_predictions_per_seq,
                                    vocab_words, rng, do_whole_word_mask=False):
@@ -759,11 +767,7 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
   """
   document = all_documents[document_index]
   max_num_tokens = max_seq_length - 3  # [CLS], [SEP], [SEP]
-  # Mostly fill the sequence; sometimes aim shorter so that the model also sees
-  # the short sequences of fine-tuning.
-  target_seq_length = max_num_tokens
-  if rng.random() < short_seq_prob:
-    target_seq_length = rng.randint(2, max_num_tokens)
+  target_seq_length = _target_length(max_num_tokens, short_seq_prob, rng)
 
   instances = []
   current_chunk = []
@@ -832,9 +836,7 @@ def create_mlm_instances_from_document(document, max_seq_length, short_seq_prob,
     list of TrainingInstance, is_random_next None and segment ids all 0.
   """
   max_num_tokens = max_seq_length - 2  # [CLS], [SEP]
-  target_seq_length = max_num_tokens
-  if rng.random() < short_seq_prob:
-    target_seq_length = rng.randint(2, max_num_tokens)
+  target_seq_length = _target_length(max_num_tokens, short_seq_prob, rng)
   instances = []
   current_chunk = []
   current_length = 0

@@ -41,23 +41,30 @@ def signal_name(signum):
   return "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
 
 
-def _first_line(text):
-  return str(text).strip().split("\n")[0]
+def error_reason(error):
+  """The reason of a refused write, from an OSError or a TensorFlow OpError.
+
+  TensorFlow words a refused write "<file>; <reason>" (the file often a temp file), and
+  TF 2.x puts "Graph execution error:" and the op's stack before that line.
+  """
+  reason = getattr(error, "strerror", None)
+  if reason:
+    return reason
+  lines = [line.strip() for line in str(getattr(error, "message", None) or error).split("\n")]
+  for line in lines:
+    if "; " in line:
+      return line.rsplit("; ", 1)[1]
+  return next((line for line in lines if line and line != "Graph execution error:"),
+              type(error).__name__)
 
 
-def write_error(path, error, tmp_path=None):
+def write_error(path, error):
   """The UsageError for a write that the file system refused (disk full, quota, a
   directory in the way, permissions, a read-only file system).
 
   Args:
     path: the file or directory the user knows (not a temp file).
     error: an OSError or a TensorFlow OpError (duck-typed: its `message`).
-    tmp_path: the temp file TensorFlow may name first in its message.
   """
-  reason = getattr(error, "strerror", None)
-  if not reason:
-    reason = _first_line(getattr(error, "message", None) or error)
-    if tmp_path and reason.startswith(tmp_path + "; "):  # TF names the temp file first
-      reason = reason[len(tmp_path) + 2:]
   return UsageError("cannot write %s (%s): free some space, fix the permissions, or remove "
-                    "what is in the way, then run again." % (path, reason))
+                    "what is in the way, then run again." % (path, error_reason(error)))

@@ -42,10 +42,6 @@ _PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")
 # Google's rounding of every value written to the JSON lines.
 _DECIMALS = 6
 
-# Variables that BertModel builds but whose values no extracted layer depends on: a
-# checkpoint may lack them.
-_UNUSED_SCOPES = ("bert/pooler/",)
-
 
 # ---------------------------------------------------------------------------
 # Input: lines, examples and features
@@ -244,7 +240,7 @@ def build_extraction(devices, model_fn, batch_size, max_seq_length, init_checkpo
     An Extraction.
 
   Raises:
-    UsageError: the checkpoint does not fit the model (load_weights).
+    UsageError: the checkpoint does not fit the model (load_pretrained_weights).
   """
   graph = tf.Graph()
   with graph.as_default():
@@ -256,26 +252,10 @@ def build_extraction(devices, model_fn, batch_size, max_seq_length, init_checkpo
     outputs = multigpu.build_inference(
         devices.plan.for_inference(), model_fn, features, batch_size,
         precision=devices.precision, use_xla=devices.use_xla)
-    load_weights(init_checkpoint)
+    checkpoints.load_pretrained_weights(init_checkpoint)
     init_op = tf.global_variables_initializer()
     graph.finalize()
   return Extraction(graph, placeholders, outputs, init_op, batch_size, max_seq_length)
-
-
-def load_weights(init_checkpoint):
-  """Sets up the graph's variables to be initialised from `init_checkpoint`.
-
-  Raises:
-    UsageError: the checkpoint lacks variables the layers depend on, or a shape differs
-      (the variable and both shapes are named).
-  """
-  missing = [name for name in checkpoints.init_from_checkpoint(init_checkpoint)
-             if not name.startswith(_UNUSED_SCOPES)]
-  if missing:
-    raise checkpoints.lacking_variables_error(
-        "--init_checkpoint=" + init_checkpoint, missing, "BERT's", "it is not a BERT "
-        "checkpoint of this --bert_config_file. Use the bert_model.ckpt that came with the "
-        "config.")
 
 
 def run_batches(sess, extraction, features, log_every=100):

@@ -51,15 +51,13 @@ import output_files
 import run_pretraining_mgpu
 import run_settings
 import text_files
+import tfrecord_io
 import tokenization
 from errors import UsageError
 
 FLAGS = tf.flags.FLAGS
 
 MASK_TOKEN = "[MASK]"
-
-# Variables BertModel builds that the masked LM does not use: a checkpoint may lack them.
-_UNUSED_SCOPES = ("bert/pooler/",)
 
 
 def define_flags():
@@ -221,11 +219,8 @@ def pad_examples(examples, length_multiple, max_seq_length):
     dict input_ids, input_mask, segment_ids -> int32 [batch, length]; mask_positions,
     label_ids -> int32 [batch, most masks].
   """
-  if length_multiple:
-    longest = max(len(example.input_ids) for example in examples)
-    length = min(-(-longest // length_multiple) * length_multiple, max_seq_length)
-  else:
-    length = max_seq_length
+  length = tfrecord_io.padded_length(max(len(example.input_ids) for example in examples),
+                                     length_multiple, max_seq_length)
   num_masks = max(len(example.mask_positions) for example in examples)
   batch = {name: np.zeros([len(examples), length], np.int32)
            for name in ("input_ids", "input_mask", "segment_ids")}
@@ -288,17 +283,13 @@ def load_masked_lm_weights(checkpoint):
     UsageError: the checkpoint has no masked-LM head, lacks encoder variables, or a shape
       differs.
   """
-  missing = [name for name in checkpoints.init_from_checkpoint(checkpoint)
-             if not name.startswith(_UNUSED_SCOPES)]
-  if any(name.startswith("cls/predictions/") for name in missing):
+  saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+  if not any(name.startswith("cls/predictions/") for name in saved):
     raise UsageError("--init_checkpoint=%s has no masked-LM head (cls/predictions): "
                      "fill_mask needs one. Use a pretraining checkpoint that has it (Google's "
                      "releases do; HFL's large ones do not), or continue pretraining with "
                      "run_pretraining_mgpu.py first." % checkpoint)
-  if missing:
-    raise checkpoints.lacking_variables_error(
-        "--init_checkpoint=" + checkpoint, missing, "BERT's", "it is not a BERT checkpoint "
-        "of this --bert_config_file.")
+  checkpoints.load_pretrained_weights(checkpoint)
 
 
 def build_filler(devices, bert_config, top_k, global_batch_size, checkpoint):

@@ -162,32 +162,14 @@ def model_settings():
                                      FLAGS.max_seq_length, FLAGS.literal_special_tokens)
 
 
-def export_only():
-  """True when the run only exports an already trained output_dir."""
-  return bool(FLAGS.export_dir) and not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict)
-
-
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig (None
   when only exporting: the config then comes from output_dir)."""
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
-    raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
-                     "--do_predict, --export_dir.")
-  required = ("output_dir",) if export_only() else ("data_dir", "output_dir", "task_name")
-  for name in required:
-    if not getattr(FLAGS, name):
-      raise UsageError("--%s is required." % name)
-  if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
-    raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
-                     FLAGS.export_dir)
-  if export_only():
+  if command_line.check_actions(FLAGS, ("data_dir", "task_name")):
     command_line.check_run_flags(FLAGS)
     return None
   if not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
-  if FLAGS.early_stopping_patience < 0:
-    raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
-                     FLAGS.early_stopping_patience)
   if FLAGS.num_workers < 0:
     raise UsageError("--num_workers=%d: use 0 (all cores) or more." % FLAGS.num_workers)
   command_line.check_run_flags(FLAGS)
@@ -281,7 +263,7 @@ def prepare_output_dir(splits, label_list, processor):
 
 def main(_):
   bert_config = check_flags()
-  if export_only():
+  if command_line.export_only(FLAGS):
     export_model()
     return
   command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,

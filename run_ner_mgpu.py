@@ -228,32 +228,14 @@ def define_flags():
 # main
 # ---------------------------------------------------------------------------
 
-def export_only():
-  """True when the run only exports an already trained output_dir."""
-  return bool(FLAGS.export_dir) and not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict)
-
-
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig (None
   when only exporting: the config then comes from output_dir)."""
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.export_dir):
-    raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
-                     "--do_predict, --export_dir.")
-  if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
-    raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
-                     FLAGS.export_dir)
-  if export_only():
-    if not FLAGS.output_dir:
-      raise UsageError("--output_dir is required.")
+  if command_line.check_actions(FLAGS, ("data_dir",)):
     command_line.check_run_flags(FLAGS)
     return None
-  if not FLAGS.data_dir:
-    raise UsageError("--data_dir is required.")
   if not os.path.isdir(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
-  if FLAGS.early_stopping_patience < 0:
-    raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
-                     FLAGS.early_stopping_patience)
   command_line.check_run_flags(FLAGS, ("doc_stride",))
   ner_data.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
@@ -295,7 +277,7 @@ def export_model():
 
 def main(_):
   bert_config = check_flags()
-  if export_only():
+  if command_line.export_only(FLAGS):
     export_model()
     return
   config, splits, data_format, label_list, scheme = prepare(bert_config)

@@ -426,14 +426,15 @@ class _SummaryWriter(object):
 
   def __init__(self, directory):
     # FileWriter's name, which TensorBoard and tf.train.summary_iterator read.
-    self.path = os.path.join(directory, "events.out.tfevents.%010d.%s" % (
-        int(time.time()), socket.gethostname()))
+    # The pid too: a rerun in the same second must not overwrite this run's events.
+    self.path = os.path.join(directory, "events.out.tfevents.%010d.%s.%d" % (
+        int(time.time()), socket.gethostname(), os.getpid()))
     self.writer, self.whole_bytes = None, 0
     try:
       os.makedirs(directory, exist_ok=True)
       self.writer = tf.io.TFRecordWriter(self.path)
     except (tf.errors.OpError, OSError) as e:
-      raise write_error(self.path, e, self.path)
+      raise write_error(self.path, e)
     self._write(tf.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
   def _write(self, event):
@@ -443,7 +444,7 @@ class _SummaryWriter(object):
       self.writer.flush()
     except (tf.errors.OpError, OSError) as e:
       self._discard_partial_event()
-      raise write_error(self.path, e, self.path)
+      raise write_error(self.path, e)
     self.whole_bytes += len(record) + 16  # a TFRecord's length, CRCs and data
 
   def _discard_partial_event(self):
@@ -473,7 +474,7 @@ class _SummaryWriter(object):
       writer.close()
     except (tf.errors.OpError, OSError) as e:
       if raise_errors:
-        raise write_error(self.path, e, self.path)
+        raise write_error(self.path, e)
 
 
 def _format_eta(seconds):

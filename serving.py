@@ -33,6 +33,7 @@ import multigpu
 import ner_data
 from errors import UsageError, write_error
 from output_files import atomic_write_text
+import tfrecord_io
 from tfrecord_io import MODEL_INPUTS
 
 VOCAB_FILE = "vocab.txt"
@@ -637,7 +638,8 @@ class Predictor(object):
       result = np.zeros([len(lengths), len(self.labels)], np.float32)
     for start in range(0, len(order), self.global_batch_size):
       rows = order[start:start + self.global_batch_size]
-      longest = self._padded_length(int(lengths[rows].max()))
+      longest = tfrecord_io.padded_length(int(lengths[rows].max()), self.length_multiple,
+                                          self.max_seq_length)
       feed = {placeholder: features.arrays[name][rows, :longest]
               for name, placeholder in self._inputs.items()}
       values = self._session.run(self._output, feed)
@@ -645,12 +647,6 @@ class Predictor(object):
         result = np.zeros((len(lengths),) + values.shape[1:], values.dtype)
       result[rows] = values
     return result
-
-  def _padded_length(self, longest):
-    if self.length_multiple is None:
-      return self.max_seq_length
-    multiple = self.length_multiple
-    return min(self.max_seq_length, (longest + multiple - 1) // multiple * multiple)
 
   def close(self):
     self._session.close()

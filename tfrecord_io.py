@@ -56,6 +56,15 @@ MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 SEQUENCE_FEATURES = MODEL_INPUTS + ("tag_ids", "tag_mask")
 
 
+def padded_length(longest, length_multiple, max_length):
+  """The length a batch of fed arrays is cut to (trim_to_longest's rule, in NumPy): its
+  longest example rounded up to length_multiple, at most max_length; None pads to
+  max_length."""
+  if not length_multiple:
+    return max_length
+  return min(-(-longest // length_multiple) * length_multiple, max_length)
+
+
 def trim_to_longest(features, length_multiple=1):
   """Cuts a batch's token-position features to its longest example.
 
@@ -224,13 +233,13 @@ def write_records_atomically(path, records):
     try:
       writer = tf.python_io.TFRecordWriter(tmp_path)
     except (OSError, tf.errors.OpError) as e:
-      raise write_error(path, e, tmp_path)
+      raise write_error(path, e)
     try:
       for record in records:
         try:
           writer.write(record)
         except (OSError, tf.errors.OpError) as e:
-          raise write_error(path, e, tmp_path)
+          raise write_error(path, e)
         count += 1
     except BaseException:
       try:
@@ -241,5 +250,5 @@ def write_records_atomically(path, records):
     try:
       writer.close()
     except (OSError, tf.errors.OpError) as e:
-      raise write_error(path, e, tmp_path)
+      raise write_error(path, e)
   return count

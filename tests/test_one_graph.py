@@ -7,14 +7,13 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow.compat.v1 as tf
 
 import checkpoints
 import phases
 import run_settings
 import runner
 import tfrecord_io
-from tiny_model import (FEATURE_SPEC, classifier_model_fn, cpu_plan, random_batch,  # pylint: disable=g-multiple-import
+from tiny_model import (FEATURE_SPEC, classifier_model_fn, random_batch,  # pylint: disable=g-multiple-import
                         train_dataset_fn, write_records)
 
 TOWERS = 2

@@ -4,6 +4,7 @@ output_dir sweeps up (no TensorFlow needed)."""
 
 import os
 
+import errors
 import output_files
 
 
@@ -79,3 +80,15 @@ def test_a_claimed_output_dir_is_swept_of_leftovers(tmp_path):
   output_files.claim_output_dir(Config)
   assert sorted(os.listdir(output_dir)) == [output_files.LOCK_FILE_NAME, "best"]
   assert content_of(os.path.join(output_dir, "best")) == "new"
+
+
+def test_a_refused_write_names_the_cause_not_tensorflows_wrapping():
+  class OpError(Exception):  # the shape of TF 2.x's message for a failed SaveV2
+    message = ("Graph execution error:\n\nDetected at node save/SaveV2 defined at ...\n"
+               "/out/model.ckpt-10_temp/part-00000-of-00001.data-00000-of-00001.tempstate1; "
+               "No space left on device\n\t [[{{node save/SaveV2}}]]")
+  line = str(errors.write_error("/out/model.ckpt-10", OpError()))
+  assert line.startswith("cannot write /out/model.ckpt-10 (No space left on device): "), line
+  assert "tempstate" not in line and "Graph execution" not in line
+  assert "(No space left on device)" in str(
+      errors.write_error("/out/x", OSError(28, "No space left on device")))
