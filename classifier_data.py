@@ -10,13 +10,19 @@ Supported tasks (`--task_name`, case-insensitive; files live in --data_dir):
   cola, mnli, mrpc, xnli  Google's GLUE/XNLI processors, same files and columns.
   tsv, csv                {train,dev,test}.tsv / .csv with a header row.
   jsonl                   {train,dev,test}.jsonl, one JSON object per line.
-  tnews, iflytek          CLUE 1.0: {train,dev,test}.json, one JSON object per line.
+  tnews, iflytek, afqmc,  CLUE: {train,dev,test}.json (OCNLI: train.50k.json first), one
+  cmnli, ocnli, csl,      JSON object per line, mapped as docs/FORMATS.md 12 says.
+  cluewsc2020
   thucnews                `label<TAB>text` lines, no header:
                           {train,dev,test}.txt or cnews.{train,val,test}.txt.
 
 Label list: data_dir/labels.txt (one label per line), else the task's fixed
 list, else the sorted labels of the training file; training saves it to
-output_dir/labels.txt, which runs without --do_train reuse.
+output_dir/labels.txt, which runs without --do_train reuse. With --multi_label (tsv, csv,
+jsonl) an example's label is a tuple of labels and label_ids its multi-hot vector.
+
+Texts longer than max_seq_length are truncated (Google's), keep head and tail, or are cut
+into windows (FeatureOptions.long_text; windowed records, docs/FORMATS.md 6).
 
 Features are cached in output_dir as <split>-<hash>.tf_record; the hash covers
 the data files, the vocab, tokenization.py and the settings, so a cache is
@@ -38,6 +44,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+import long_text
 import processes
 import tfrecord_io
 import tokenization
@@ -52,7 +59,7 @@ _LOGGER = tf.get_logger().getChild("classifier_data")
 
 # Bump whenever the processors or the featurizing change what ends up in a
 # TFRecord file: cached features written by older code are then rebuilt.
-FEATURE_FORMAT_VERSION = 1
+FEATURE_FORMAT_VERSION = 2  # 2: multi-label records (label_ids multi-hot)
 
 SPLITS = ("train", "dev", "test")
 
@@ -78,7 +85,7 @@ class InputExample(object):
   """One example for sequence (pair) classification."""
 
   def __init__(self, guid, text_a, text_b=None, label=None, source_file=None,
-               source_line=None):
+               source_line=None, raw_id=None):
     """Constructs an InputExample.
 
     Args:
@@ -89,6 +96,8 @@ class InputExample(object):
       label: the label string, or None when the example has none (test files).
       source_file: path of the file the example was read from (error messages).
       source_line: 1-based line of the example in `source_file`.
+      raw_id: the id as the data file holds it (a JSON int or string), or None: CLUE
+        submissions write it back in its own JSON type (clue_submission.py).
     """
     self.guid = guid
     self.text_a = text_a
@@ -96,6 +105,7 @@ class InputExample(object):
     self.label = label
     self.source_file = source_file
     self.source_line = source_line
+    self.raw_id = raw_id
 
   def __repr__(self):
     return "InputExample(guid=%r, text_a=%r, text_b=%r, label=%r)" % (
@@ -111,6 +121,46 @@ class InputFeatures(object):
     self.segment_ids = segment_ids
     self.label_id = label_id
     self.is_real_example = is_real_example
+
+
+# --long_text: what is done with a text longer than max_seq_length.
+LONG_TEXT_MODES = ("truncate", "head_tail", "windows")
+
+FeatureOptions = collections.namedtuple(
+    "FeatureOptions", ["literal_special_tokens", "multi_label", "label_separator",
+                       "long_text", "head_tokens", "doc_stride", "max_windows"],
+    defaults=(False, False, ",", "truncate", None, 64, 8))
+FeatureOptions.__doc__ = """Settings beyond the vocab, case and length that change the records.
+
+Fields:
+  literal_special_tokens: the tokenizer reads [MASK], [SEP]... written in the text as single
+    tokens (tokenization.FullTokenizer).
+  multi_label: examples hold label tuples; label_ids is their multi-hot [num_labels].
+  label_separator: the separator the label fields were split at (multi_label only).
+  long_text: a text longer than max_seq_length is cut at its end ("truncate", Google's), keeps
+    its head and tail ("head_tail"), or is read whole in windows ("windows": windowed
+    records, docs/FORMATS.md 6).
+  head_tokens: head_tail: tokens kept from the start (None: a quarter of the room).
+  doc_stride, max_windows: windows: tokens between window starts, and the most windows kept
+    per text.
+"""
+
+
+def options_settings(options):
+  """The FeatureOptions that are not the default, as a dict: what the feature cache key and
+  model_settings.json add, so that keys and settings files of runs without them stay as
+  they were."""
+  settings = {}
+  if options.literal_special_tokens:
+    settings["literal_special_tokens"] = True
+  if options.multi_label:
+    settings.update(multi_label=True, label_separator=options.label_separator)
+  if options.long_text == "head_tail":
+    settings.update(long_text="head_tail", head_tokens=options.head_tokens)
+  elif options.long_text == "windows":
+    settings.update(long_text="windows", doc_stride=options.doc_stride,
+                    max_windows=options.max_windows)
+  return settings
 
 
 # ---------------------------------------------------------------------------
@@ -302,7 +352,12 @@ class DataProcessor(object):
   SPLIT_FILES = {}
   FIXED_LABELS = None
 
-  def __init__(self):
+  def __init__(self, label_separator=None):
+    """Args:
+      label_separator: None: one label per example (a string). Else multi-label: each
+        example's label is a tuple of labels, read from a field split at this string.
+    """
+    self.label_separator = label_separator
     self._examples_cache = {}
 
   def get_train_examples(self, data_dir):
@@ -381,8 +436,10 @@ class DataProcessor(object):
           "labels one per line to %s, or point --output_dir at the directory of the trained "
           "model (it holds labels.txt)"
           % (self.name, labels_path, " or ".join(train_files), labels_path))
-    labels = set(example.label for example in self.get_train_examples(data_dir))
-    return sorted(labels)
+    examples = self.get_train_examples(data_dir)
+    if self.label_separator is not None:
+      return sorted(set(label for example in examples for label in example.label))
+    return sorted(set(example.label for example in examples))
 
   @property
   def name(self):
@@ -514,31 +571,52 @@ class XnliProcessor(DataProcessor):
 # Accepted names of each field in a header row or a JSON object, in priority order.
 _FIELD_ALIASES = collections.OrderedDict([
     ("label", ("label",)),
-    ("text_a", ("text_a", "text", "sentence")),
-    ("text_b", ("text_b",)),
+    ("text_a", ("text_a", "text", "sentence", "sentence1")),
+    ("text_b", ("text_b", "sentence2")),
     ("id", ("id",)),
 ])
 
-_COLUMNS_ADVICE = ("the columns are label, text_a (or text, sentence), and optionally "
-                   "text_b and id")
+_COLUMNS_ADVICE = ("the columns are label, text_a (or text, sentence, sentence1), and "
+                   "optionally text_b (or sentence2) and id")
 
 
-def _make_example(path, line_number, split, index, values):
+def label_set(label, separator):
+  """The labels of a multi-label field: a string split at `separator`, or a sequence (a JSON
+  list); each label stripped, empty ones dropped, repeats once, in order of appearance."""
+  pieces = label.split(separator) if isinstance(label, str) else label
+  labels = []
+  for piece in pieces:
+    piece = piece.strip()
+    if piece and piece not in labels:
+      labels.append(piece)
+  return tuple(labels)
+
+
+def _make_example(path, line_number, split, index, values, label_separator=None):
   """Builds an InputExample from the fields of one row or JSON object.
 
   Args:
     path, line_number: where the record is (error messages).
     split: "train", "dev" or "test".
     index: 0-based position of the example in its split (default guid).
-    values: dict field name -> string, or None when the field is absent.
+    values: dict field name -> string, or None when the field is absent (the label of a
+      multi-label JSON object may be a list of strings).
+    label_separator: None for one label per example; else the multi-label separator: the
+      label becomes a tuple, empty (no label) allowed in every split.
 
   Returns:
     An InputExample.
   """
   label = values.get("label")
-  if label is not None:
+  if label_separator is not None:
+    # A test example without a label field (or an empty one) has no gold labels.
+    if label is not None:
+      label = label_set(label, label_separator)
+    if split == "test" and not label:
+      label = None
+  elif label is not None:
     label = label.strip()
-  if not label:
+  if label_separator is None and not label:
     if split != "test":
       raise line_error(path, line_number, "the label is empty",
                         "give every training and dev example a label")
@@ -596,7 +674,8 @@ class _HeaderTableProcessor(DataProcessor):
                           % (_fields(len(fields)), len(header), _quote(self._join(fields))),
                           self.LONG_ROW_ADVICE)
       values = dict((field, fields[column]) for field, column in columns.items())
-      examples.append(_make_example(path, line_number, split, len(examples), values))
+      examples.append(_make_example(path, line_number, split, len(examples), values,
+                                    self.label_separator))
     return examples
 
 
@@ -668,6 +747,21 @@ def _json_value(path, line_number, obj, keys):
   return None
 
 
+def _json_labels(path, line_number, obj, keys):
+  """A multi-label object's labels: a JSON list of strings (kept as a list), else the value
+  as _json_value reads it (a string the separator splits)."""
+  for key in keys:
+    if isinstance(obj.get(key), list):
+      labels = obj[key]
+      for label in labels:
+        if isinstance(label, bool) or not isinstance(label, (str, int)):
+          raise line_error(path, line_number, "key %s holds %s, not a list of strings" % (
+              _quote(key), _quote(json.dumps(labels, ensure_ascii=False))),
+                           "write the labels as a JSON list of strings, e.g. [\"a\", \"b\"]")
+      return [_json_value(path, line_number, {key: label}, (key,)) for label in labels]
+  return _json_value(path, line_number, obj, keys)
+
+
 def check_no_surrogates(text, make_error):
   """Raises make_error(problem) if `text` holds an unpaired UTF-16 surrogate.
 
@@ -697,7 +791,10 @@ class JsonlProcessor(DataProcessor):
       shown = _quote(json.dumps(obj, ensure_ascii=False))
       values = {}
       for field, keys in self.KEYS.items():
-        values[field] = _json_value(path, line_number, obj, keys)
+        if field == "label" and self.label_separator is not None:
+          values[field] = _json_labels(path, line_number, obj, keys)
+        else:
+          values[field] = _json_value(path, line_number, obj, keys)
       if values["text_a"] is None:
         raise line_error(path, line_number,
                           "the object has no %s key: %s" % (" / ".join(self.KEYS["text_a"]), shown),
@@ -707,20 +804,75 @@ class JsonlProcessor(DataProcessor):
                           "the object has no label (no %s key, or null): %s"
                           % (" / ".join(self.KEYS["label"]), shown),
                           "give every training and dev example a label")
-      examples.append(_make_example(path, line_number, split, len(examples), values))
+      examples.append(_make_example(path, line_number, split, len(examples), values,
+                                    self.label_separator))
     return examples
 
 
 class _ClueProcessor(JsonlProcessor):
-  """CLUE 1.0 classification: {train,dev,test}.json, one JSON object per line.
+  """CLUE classification: {train,dev,test}.json as CLUE ships them, one JSON object per line.
 
-  Keys label, label_desc, sentence (the text) and, for TNEWS, keywords (unused);
-  test.json has an `id` and no label.
+  KEYS name the keys of the label, the texts and the id; `_texts` builds the texts where
+  CLUE's baseline does more than read a key (CSL, CLUEWSC2020). Test objects need no
+  label. Each example keeps its id as the file holds it (raw_id, often a JSON integer):
+  --clue_submission writes it back in that type. Train and dev objects labelled with one
+  of NO_GOLD_LABELS are dropped and counted in the log, as CLUE's baseline drops them.
   """
 
   SPLIT_FILES = {"train": ("train.json",), "dev": ("dev.json",), "test": ("test.json",)}
   KEYS = collections.OrderedDict([
       ("label", ("label",)), ("text_a", ("sentence",)), ("text_b", ()), ("id", ("id",))])
+  NO_GOLD_LABELS = ()
+
+  def _read_examples(self, path, split):
+    examples = []
+    num_dropped = 0
+    for line_number, obj in _json_objects(path):
+      label = _json_value(path, line_number, obj, self.KEYS["label"])
+      label = label.strip() if label is not None else ""
+      if label in self.NO_GOLD_LABELS:
+        if split != "test":
+          num_dropped += 1
+          continue
+        label = ""
+      if not label and split != "test":
+        raise line_error(path, line_number, "the object has no label (no %s key, null or "
+                         "empty): %s" % (" / ".join(self.KEYS["label"]), _shown_object(obj)),
+                         "give every training and dev example a label")
+      text_a, text_b = self._texts(path, line_number, obj)
+      guid = _json_value(path, line_number, obj, self.KEYS["id"])
+      if guid is None or not guid.strip():
+        guid = "%s-%d" % (split, len(examples))
+      raw_id = next((obj[key] for key in self.KEYS["id"] if key in obj), None)
+      examples.append(InputExample(guid, text_a, text_b, label or None, path, line_number,
+                                   raw_id=raw_id))
+    if self.NO_GOLD_LABELS and split != "test":
+      _LOGGER.info("%s: %d of %d examples dropped: labelled %s (no gold label), as CLUE's "
+                   "baseline drops them", path, num_dropped, num_dropped + len(examples),
+                   " or ".join(self.NO_GOLD_LABELS))
+    return examples
+
+  def _texts(self, path, line_number, obj):
+    """(text_a, text_b or None) of one object."""
+    text_a = _required_json_value(path, line_number, obj, self.KEYS["text_a"])
+    text_b = None
+    if self.KEYS["text_b"]:
+      text_b = _required_json_value(path, line_number, obj, self.KEYS["text_b"]) or None
+    return text_a, text_b
+
+
+def _shown_object(obj):
+  return _quote(json.dumps(obj, ensure_ascii=False))
+
+
+def _required_json_value(path, line_number, obj, keys):
+  """_json_value of a key the object must have: a UsageError when it is absent or null."""
+  value = _json_value(path, line_number, obj, keys)
+  if value is None:
+    raise line_error(path, line_number, "the object has no %s key (or it is null): %s"
+                     % (" / ".join(keys), _shown_object(obj)),
+                     "give every object the keys of the task's CLUE files")
+  return value
 
 
 class TnewsProcessor(_ClueProcessor):
@@ -737,6 +889,111 @@ class IflytekProcessor(_ClueProcessor):
   """IFLYTEK: 119 app categories, labels "0".."118" (CLUE's order)."""
 
   FIXED_LABELS = tuple(str(i) for i in range(119))
+
+
+class _SentencePairProcessor(_ClueProcessor):
+  """CLUE's sentence pairs: text_a = sentence1, text_b = sentence2."""
+
+  KEYS = collections.OrderedDict([
+      ("label", ("label",)), ("text_a", ("sentence1",)), ("text_b", ("sentence2",)),
+      ("id", ("id",))])
+
+
+class AfqmcProcessor(_SentencePairProcessor):
+  """AFQMC: do two questions mean the same? Labels "0", "1" (CLUE's order)."""
+
+  FIXED_LABELS = ("0", "1")
+
+
+class CmnliProcessor(_SentencePairProcessor):
+  """CMNLI: natural language inference, CLUE's order of the three labels.
+
+  Pairs labelled "-" (the annotators did not agree) are dropped from train and dev.
+  """
+
+  FIXED_LABELS = ("contradiction", "entailment", "neutral")
+  NO_GOLD_LABELS = ("-",)
+
+
+class OcnliProcessor(CmnliProcessor):
+  """OCNLI: CMNLI's format; the training file is train.50k.json (CLUE's), else train.json."""
+
+  SPLIT_FILES = {"train": ("train.50k.json", "train.json"), "dev": ("dev.json",),
+                 "test": ("test.json",)}
+
+
+class CslProcessor(_ClueProcessor):
+  """CSL: are all the `keyword`s those of the abstract `abst`? Labels "0", "1".
+
+  As in CLUE's baseline, text_a is the keyword list joined by spaces, text_b the abstract.
+  """
+
+  KEYS = collections.OrderedDict([
+      ("label", ("label",)), ("text_a", ("keyword",)), ("text_b", ("abst",)), ("id", ("id",))])
+  FIXED_LABELS = ("0", "1")
+
+  def _texts(self, path, line_number, obj):
+    keywords = obj.get("keyword")
+    if not (isinstance(keywords, list) and all(isinstance(k, str) for k in keywords)):
+      raise line_error(path, line_number,
+                       "key 'keyword' must hold a JSON list of strings: %s" % _shown_object(obj),
+                       "write the keywords as a list, e.g. \"keyword\": [\"a\", \"b\"]")
+    text_a = " ".join(keywords)
+    check_no_surrogates(text_a, lambda problem: line_error(
+        path, line_number, "key 'keyword' holds %s" % problem, "fix the \\u escape"))
+    return text_a, _required_json_value(path, line_number, obj, self.KEYS["text_b"])
+
+
+class Cluewsc2020Processor(_ClueProcessor):
+  """CLUEWSC2020: does the pronoun span2 refer to span1? Labels "true", "false" (CLUE's order).
+
+  text_a is `text` with span1 marked _so_ and span2 [so], as CLUE's baseline WSC
+  processor marks them; the id is `idx`. Objects: {"target": {"span1_index": 5,
+  "span1_text": ..., "span2_index": 37, "span2_text": ...}, "idx": 261, "label": "false",
+  "text": ...}, the indexes counting characters from 0.
+  """
+
+  KEYS = collections.OrderedDict([
+      ("label", ("label",)), ("text_a", ("text",)), ("text_b", ()), ("id", ("idx",))])
+  FIXED_LABELS = ("true", "false")
+  # The span, and the markers before and after it.
+  SPAN_MARKERS = (("span1", "_", "_"), ("span2", "[", "]"))
+
+  def _texts(self, path, line_number, obj):
+    text = _required_json_value(path, line_number, obj, self.KEYS["text_a"])
+    target = obj.get("target")
+    if not isinstance(target, dict):
+      raise line_error(path, line_number, "the object has no 'target' object with the spans: "
+                       "%s" % _shown_object(obj), "give every object its target spans")
+    # (position, 0 for a closing / 1 for an opening marker, marker): at a position where one
+    # span ends and the other starts, the first one is closed before the next is opened.
+    inserts = []
+    for span, opening, closing in self.SPAN_MARKERS:
+      start, end = _wsc_span(path, line_number, target, span, text)
+      inserts += [(start, 1, opening), (end, 0, closing)]
+    pieces = []
+    done = 0
+    for position, _, marker in sorted(inserts):
+      pieces += [text[done:position], marker]
+      done = position
+    return "".join(pieces) + text[done:], None
+
+
+def _wsc_span(path, line_number, target, span, text):
+  """(start, end) of a CLUEWSC2020 span in `text`; a UsageError unless its text is there."""
+  index_key, text_key = span + "_index", span + "_text"
+  index, span_text = target.get(index_key), target.get(text_key)
+  if isinstance(index, bool) or not isinstance(index, int) or not isinstance(span_text, str) \
+      or not span_text:
+    raise line_error(path, line_number, "the target needs %s (an integer) and %s (a non-empty "
+                     "string): %s" % (index_key, text_key, _shown_object(target)),
+                     "give both spans of every object")
+  found = text[index:index + len(span_text)] if index >= 0 else ""
+  if found != span_text:
+    raise line_error(path, line_number, "%s %s does not match the text at %s %d (%s)"
+                     % (text_key, _quote(span_text), index_key, index, _quote(found)),
+                     "fix the span: %s counts the characters of text from 0" % index_key)
+  return index, index + len(span_text)
 
 
 class ThucnewsProcessor(DataProcessor):
@@ -784,21 +1041,42 @@ PROCESSORS = collections.OrderedDict([
     ("jsonl", JsonlProcessor),
     ("tnews", TnewsProcessor),
     ("iflytek", IflytekProcessor),
+    ("afqmc", AfqmcProcessor),
+    ("cmnli", CmnliProcessor),
+    ("ocnli", OcnliProcessor),
+    ("csl", CslProcessor),
+    ("cluewsc2020", Cluewsc2020Processor),
     ("thucnews", ThucnewsProcessor),
 ])
 
 
-def get_processor(task_name):
+# The tasks whose files can hold several labels per example (--multi_label).
+MULTI_LABEL_TASKS = ("tsv", "csv", "jsonl")
+
+
+def get_processor(task_name, label_separator=None):
   """Returns a new processor for `task_name` (case-insensitive).
 
+  Args:
+    task_name: the --task_name.
+    label_separator: None for one label per example; else multi-label (--multi_label),
+      labels separated by this string (a JSON list also works in jsonl).
+
   Raises:
-    UsageError: unknown task name.
+    UsageError: unknown task name, or a multi-label run of a task with one label per example.
   """
   name = (task_name or "").strip().lower()
   if name not in PROCESSORS:
     raise UsageError("unknown --task_name %s; use one of: %s"
                      % (_quote(task_name or ""), ", ".join(PROCESSORS)))
-  return PROCESSORS[name]()
+  if label_separator is not None:
+    if name not in MULTI_LABEL_TASKS:
+      raise UsageError("--multi_label: task %s has one label per example; use --task_name="
+                       "%s for multi-label files" % (name, ", ".join(MULTI_LABEL_TASKS)))
+    if not label_separator.strip():
+      raise UsageError("--label_separator=%s: use a visible separator such as , or |"
+                       % _quote(label_separator))
+  return PROCESSORS[name](label_separator)
 
 
 # ---------------------------------------------------------------------------
@@ -828,10 +1106,15 @@ def resolve_label_list(processor, data_dir, output_dir, do_train):
     _LOGGER.info("label list (%d labels) from %s", len(labels), saved_path)
     return labels
   labels = processor.get_labels(data_dir)
+  separator = processor.label_separator
   for label in labels:
     if "\n" in label or "\r" in label:
       raise UsageError("label %s contains a line break; labels must be single-line strings"
                        % _quote(label))
+    if separator is not None and separator in label:
+      raise UsageError("label %s contains the label separator %s; choose another "
+                       "--label_separator or rename the label" % (_quote(label),
+                                                                  _quote(separator)))
   return labels
 
 
@@ -866,7 +1149,7 @@ def _describe_labels(label_list, limit=10):
   return "[" + shown + "]"
 
 
-def _unknown_label_error(example, label_list):
+def _unknown_label_error(example, label_list, label):
   if example.source_file and example.source_line:
     where = "%s line %d" % (example.source_file, example.source_line)
   else:
@@ -874,15 +1157,23 @@ def _unknown_label_error(example, label_list):
   return UsageError(
       "%s: label %s is not in the label list %s; fix the label, or list every label in "
       "labels.txt in the data directory and train again"
-      % (where, _quote(example.label), _describe_labels(label_list)))
+      % (where, _quote(label), _describe_labels(label_list)))
+
+
+def _example_labels(example):
+  """The labels of an example: () for none, one for a label string, all of a label set."""
+  if example.label is None:
+    return ()
+  return example.label if isinstance(example.label, tuple) else (example.label,)
 
 
 def check_labels(examples, label_list):
-  """Raises UsageError for the first example whose label is not in `label_list`."""
+  """Raises UsageError for the first example with a label not in `label_list`."""
   known = set(label_list)
   for example in examples:
-    if example.label is not None and example.label not in known:
-      raise _unknown_label_error(example, label_list)
+    for label in _example_labels(example):
+      if label not in known:
+        raise _unknown_label_error(example, label_list, label)
 
 
 # ---------------------------------------------------------------------------
@@ -902,15 +1193,34 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_length):
       tokens_b.pop()
 
 
-def convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer):
-  """convert_single_example, and whether the texts had to be truncated."""
+def _fit_tokens(tokens_a, tokens_b, max_seq_length, options):
+  """The tokens kept of each text so that the pair fits max_seq_length.
+
+  Each text keeps as many tokens as Google's truncation keeps (the longer text loses tokens
+  first); "truncate" keeps them from the start, "head_tail" the first head_tokens (at most
+  what the text keeps) and the rest from the end.
+  """
+  if tokens_b:
+    kept_a, kept_b = list(tokens_a), list(tokens_b)
+    _truncate_seq_pair(kept_a, kept_b, max_seq_length - 3)  # [CLS] [SEP] [SEP]
+    rooms = (len(kept_a), len(kept_b))
+  else:
+    rooms = (max_seq_length - 2, 0)  # [CLS] [SEP]
+  if options.long_text != "head_tail":
+    return tokens_a[:rooms[0]], tokens_b[:rooms[1]]
+  return tuple(long_text.head_tail(tokens, room, None if options.head_tokens is None else
+                                   min(options.head_tokens, room))
+               for tokens, room in ((tokens_a, rooms[0]), (tokens_b, rooms[1])))
+
+
+def convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer,
+                                        options=FeatureOptions()):
+  """convert_single_example (with long_text "truncate" or "head_tail"), and whether the
+  texts had to be cut."""
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else []
   num_tokens = len(tokens_a) + len(tokens_b)
-  if tokens_b:
-    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS] [SEP] [SEP]
-  else:
-    tokens_a = tokens_a[:max_seq_length - 2]  # [CLS] [SEP]
+  tokens_a, tokens_b = _fit_tokens(tokens_a, tokens_b, max_seq_length, options)
   truncated = len(tokens_a) + len(tokens_b) < num_tokens
 
   tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
@@ -926,17 +1236,40 @@ def convert_example_counting_truncation(example, label_map, max_seq_length, toke
   input_mask += [0] * padding
   segment_ids += [0] * padding
 
-  if example.label is None:
-    label_id = 0
-  elif example.label in label_map:
-    label_id = label_map[example.label]
-  else:
-    raise _unknown_label_error(example, sorted(label_map, key=label_map.get))
-  features = InputFeatures(input_ids, input_mask, segment_ids, label_id, is_real_example=True)
+  features = InputFeatures(input_ids, input_mask, segment_ids,
+                           _label_ids(example, label_map, options.multi_label),
+                           is_real_example=True)
   return features, truncated
 
 
-def convert_single_example(example, label_map, max_seq_length, tokenizer):
+def windowed_record(example, label_map, max_seq_length, tokenizer, options):
+  """The serialized windowed record of one example (--long_text=windows), and whether text
+  was left out (windows past max_windows, or the end of a text_b too long for a window)."""
+  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+  windows = long_text.document_windows(
+      tokenizer.tokenize(example.text_a), tokens_b, max_seq_length, options.doc_stride,
+      options.max_windows, tokenizer.convert_tokens_to_ids)
+  feature_map = tfrecord_io.windowed_features(
+      {name: getattr(windows, name) for name in tfrecord_io.MODEL_INPUTS})
+  feature_map.update(_label_features(_label_ids(example, label_map, options.multi_label)))
+  return _serialize(feature_map), bool(windows.windows_cut or windows.text_b_cut)
+
+
+def _label_ids(example, label_map, multi_label):
+  """The label id of an example (0 without a label); with multi_label, its multi-hot list
+  [num_labels] (all zeros without labels)."""
+  for label in _example_labels(example):
+    if label not in label_map:
+      raise _unknown_label_error(example, sorted(label_map, key=label_map.get), label)
+  if not multi_label:
+    return label_map[example.label] if example.label is not None else 0
+  multi_hot = [0] * len(label_map)
+  for label in _example_labels(example):
+    multi_hot[label_map[label]] = 1
+  return multi_hot
+
+
+def convert_single_example(example, label_map, max_seq_length, tokenizer, multi_label=False):
   """Converts one InputExample into InputFeatures.
 
   Layout: [CLS] a [SEP] for one text, [CLS] a [SEP] b [SEP] for a pair, with
@@ -949,6 +1282,8 @@ def convert_single_example(example, label_map, max_seq_length, tokenizer):
     label_map: dict label -> label id.
     max_seq_length: length of the padded sequences (>= 3).
     tokenizer: object with tokenize(text) and convert_tokens_to_ids(tokens).
+    multi_label: the example's label is a tuple of labels; label_id becomes their
+      multi-hot list [len(label_map)].
 
   Returns:
     InputFeatures; label_id is 0 when the example has no label.
@@ -956,7 +1291,16 @@ def convert_single_example(example, label_map, max_seq_length, tokenizer):
   Raises:
     UsageError: the example's label is not in label_map.
   """
-  return convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer)[0]
+  return convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer,
+                                             FeatureOptions(multi_label=multi_label))[0]
+
+
+def _label_features(label_id):
+  """label_ids ([] for one label, [num_labels] multi-hot with --multi_label) and
+  is_real_example."""
+  return {"label_ids": tfrecord_io.int64_feature(
+              label_id if isinstance(label_id, list) else [label_id]),
+          "is_real_example": tfrecord_io.int64_feature([1])}
 
 
 def serialize_features(features):
@@ -965,21 +1309,31 @@ def serialize_features(features):
       "input_ids": tfrecord_io.int64_feature(features.input_ids),
       "input_mask": tfrecord_io.int64_feature(features.input_mask),
       "segment_ids": tfrecord_io.int64_feature(features.segment_ids),
-      "label_ids": tfrecord_io.int64_feature([features.label_id]),
-      "is_real_example": tfrecord_io.int64_feature([int(features.is_real_example)]),
   }
+  feature_map.update(_label_features(features.label_id))
+  return _serialize(feature_map)
+
+
+def _serialize(feature_map):
   example = tf.train.Example(features=tf.train.Features(feature=feature_map))
   # Deterministic: the same features give the same bytes in every process.
   return example.SerializeToString(deterministic=True)
 
 
-def input_feature_spec(max_seq_length):
-  """The tf.FixedLenFeature dict that parses the records write_features writes."""
+def input_feature_spec(max_seq_length, multi_label_count=None):
+  """The tf.FixedLenFeature dict that parses the records write_features writes.
+
+  Args:
+    max_seq_length: the records' sequence length.
+    multi_label_count: None for one label id per record; with --multi_label, the number of
+      labels (label_ids is then a multi-hot [multi_label_count]).
+  """
   return {
       "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "label_ids": tf.FixedLenFeature([], tf.int64),
+      "label_ids": tf.FixedLenFeature(
+          [multi_label_count] if multi_label_count is not None else [], tf.int64),
       "is_real_example": tf.FixedLenFeature([], tf.int64),
   }
 
@@ -1021,19 +1375,19 @@ def check_featurizing_inputs(max_seq_length, vocab_file):
 _FEATURIZER = {}
 
 
-def _init_featurizer(vocab_file, do_lower_case, label_map, max_seq_length,
-                     literal_special_tokens=False):
+def _init_featurizer(vocab_file, do_lower_case, label_map, max_seq_length, options):
   """Builds this process's tokenizer (the pool initializer; also used serially).
 
   It never raises: a pool whose initializer fails restarts the worker forever,
   so the error is kept and raised by the first _featurize_chunk call instead.
   """
   _FEATURIZER.clear()
-  _FEATURIZER.update(label_map=label_map, max_seq_length=max_seq_length, error=None)
+  _FEATURIZER.update(label_map=label_map, max_seq_length=max_seq_length, options=options,
+                     error=None)
   try:
     _FEATURIZER["tokenizer"] = tokenization.FullTokenizer(
         vocab_file=vocab_file, do_lower_case=do_lower_case,
-        literal_special_tokens=literal_special_tokens)
+        literal_special_tokens=options.literal_special_tokens)
   except Exception as e:  # pylint: disable=broad-except
     _FEATURIZER["error"] = e
 
@@ -1052,9 +1406,16 @@ def _featurize_chunk(examples):
   max_seq_length = _FEATURIZER["max_seq_length"]
   serialized = []
   num_truncated = 0
+  options = _FEATURIZER["options"]
   for example in examples:
-    features, truncated = convert_example_counting_truncation(example, label_map, max_seq_length, tokenizer)
-    serialized.append(serialize_features(features))
+    if options.long_text == "windows":
+      record, truncated = windowed_record(example, label_map, max_seq_length, tokenizer,
+                                          options)
+    else:
+      features, truncated = convert_example_counting_truncation(
+          example, label_map, max_seq_length, tokenizer, options)
+      record = serialize_features(features)
+    serialized.append(record)
     num_truncated += int(truncated)
   return serialized, num_truncated
 
@@ -1109,17 +1470,15 @@ class FeaturizingPool(object):
   """
 
   def __init__(self, vocab_file, do_lower_case, label_list, max_seq_length, num_workers=None,
-               largest_split=None, pool_threshold=POOL_THRESHOLD, literal_special_tokens=False):
+               largest_split=None, pool_threshold=POOL_THRESHOLD, options=FeatureOptions()):
     """Args:
-      vocab_file, do_lower_case, label_list, max_seq_length, literal_special_tokens: as in
-        write_features.
+      vocab_file, do_lower_case, label_list, max_seq_length, options: as in write_features.
       num_workers: worker processes; None: one per available CPU.
       largest_split: the most examples a split will have (None: unknown, fork anyway).
       pool_threshold: smallest number of examples that uses the processes.
     """
     label_map = dict((label, index) for index, label in enumerate(label_list))
-    self.init_args = (vocab_file, do_lower_case, label_map, max_seq_length,
-                      literal_special_tokens)
+    self.init_args = (vocab_file, do_lower_case, label_map, max_seq_length, options)
     self.num_workers = num_workers or processes.available_cpus()
     self.pool_threshold = max(pool_threshold, 1)
     self._pool = None
@@ -1154,7 +1513,7 @@ class FeaturizingPool(object):
 
 def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_case,
                    output_file, num_workers=None, pool_threshold=POOL_THRESHOLD, pool=None,
-                   literal_special_tokens=False):
+                   options=FeatureOptions()):
   """Featurizes examples into a TFRecord file, written through a temp file and a rename.
 
   Args:
@@ -1165,10 +1524,9 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
     do_lower_case: whether the tokenizer lower-cases.
     output_file: the TFRecord file to write.
     num_workers, pool_threshold: for a FeaturizingPool made for this call alone.
-    literal_special_tokens: the tokenizer reads [MASK], [SEP]... written in the text as
-      single tokens (tokenization.FullTokenizer).
-    pool: a FeaturizingPool made with the same vocab, labels and max_seq_length; None
-      makes one for this call.
+    pool: a FeaturizingPool made with the same vocab, labels, max_seq_length and options;
+      None makes one for this call.
+    options: FeatureOptions.
 
   Returns:
     The number of records written.
@@ -1182,7 +1540,7 @@ def write_features(examples, label_list, max_seq_length, vocab_file, do_lower_ca
   if pool is not None:
     return _write_features_with(pool, examples, max_seq_length, output_file)
   with FeaturizingPool(vocab_file, do_lower_case, label_list, max_seq_length, num_workers,
-                       len(examples), pool_threshold, literal_special_tokens) as own_pool:
+                       len(examples), pool_threshold, options) as own_pool:
     return _write_features_with(own_pool, examples, max_seq_length, output_file)
 
 
@@ -1209,10 +1567,19 @@ def _write_features_with(pool, examples, max_seq_length, output_file):
   finally:
     _FEATURIZER.clear()
   num_truncated = num_truncated[0]
-  _LOGGER.info("%s: wrote %d records to %s in %.1fs; %d examples (%.1f%%) were longer than "
-               "max_seq_length=%d and truncated", what, num_written, output_file,
-               progress.elapsed(), num_truncated, 100.0 * num_truncated / max(num_written, 1),
-               max_seq_length)
+  options = pool.init_args[-1]
+  if options.long_text == "windows":
+    cut = ("did not fit in max_windows=%d windows of max_seq_length=%d (or had a text_b "
+           "longer than half a window) and lost text" % (options.max_windows, max_seq_length))
+    log = _LOGGER.warning if num_truncated else _LOGGER.info
+  else:
+    cut = "were longer than max_seq_length=%d and %s" % (
+        max_seq_length, "lost their middle" if options.long_text == "head_tail" else
+        "truncated")
+    log = _LOGGER.info
+  log("%s: wrote %d records to %s in %.1fs; %d examples (%.1f%%) %s", what, num_written,
+      output_file, progress.elapsed(), num_truncated,
+      100.0 * num_truncated / max(num_written, 1), cut)
   return num_written
 
 
@@ -1229,13 +1596,12 @@ def _file_sha256(path):
 
 
 def features_cache_key(split, examples_file_paths, label_list, max_seq_length, vocab_file,
-                       do_lower_case, task_name, literal_special_tokens=False):
+                       do_lower_case, task_name, options=FeatureOptions()):
   """The sha256 (hex) of everything the records of a split depend on.
 
   The bytes of the data files, the vocab and tokenization.py, and the settings:
   split, task name, max_seq_length, label list, do_lower_case and
-  FEATURE_FORMAT_VERSION (and literal_special_tokens when set: caches made without the
-  setting keep their key).
+  FEATURE_FORMAT_VERSION, and the FeatureOptions that are not the default.
   """
   settings = {
       "format_version": FEATURE_FORMAT_VERSION,
@@ -1245,8 +1611,7 @@ def features_cache_key(split, examples_file_paths, label_list, max_seq_length, v
       "label_list": list(label_list),
       "do_lower_case": bool(do_lower_case),
   }
-  if literal_special_tokens:
-    settings["literal_special_tokens"] = True
+  settings.update(options_settings(options))
   settings = json.dumps(settings, sort_keys=True, ensure_ascii=False)
   digest = hashlib.sha256()
   # Each part is hashed on its own first, so no two inputs run together.
@@ -1289,7 +1654,7 @@ def _remove_stale_caches(output_dir, split, keep_names):
 
 def cached_features(split, examples_file_paths, examples, label_list, max_seq_length,
                     vocab_file, do_lower_case, task_name, output_dir, num_workers=None,
-                    pool_threshold=POOL_THRESHOLD, pool=None, literal_special_tokens=False):
+                    pool_threshold=POOL_THRESHOLD, pool=None, options=FeatureOptions()):
   """Returns the TFRecord file of a split, featurizing only when no valid cache exists.
 
   The cache is output_dir/<split>-<key>.tf_record, with <split>-<key>.json next to
@@ -1306,13 +1671,13 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
     label_list, max_seq_length, vocab_file, do_lower_case: as in write_features.
     task_name: the task (part of the key).
     output_dir: where the cache lives (created if needed).
-    num_workers, pool_threshold, pool, literal_special_tokens: as in write_features.
+    num_workers, pool_threshold, pool, options: as in write_features.
 
   Returns:
     (tfrecord_path, num_examples).
   """
   key = features_cache_key(split, examples_file_paths, label_list, max_seq_length,
-                           vocab_file, do_lower_case, task_name, literal_special_tokens)
+                           vocab_file, do_lower_case, task_name, options)
   base_name = "%s-%s" % (split, key[:16])
   record_path = os.path.join(output_dir, base_name + ".tf_record")
   info_path = os.path.join(output_dir, base_name + ".json")
@@ -1333,7 +1698,7 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
   num_examples = write_features(examples, label_list, max_seq_length, vocab_file,
                                 do_lower_case, record_path, num_workers=num_workers,
                                 pool_threshold=pool_threshold, pool=pool,
-                                literal_special_tokens=literal_special_tokens)
+                                options=options)
   info = {
       "key": key,
       "num_examples": num_examples,

@@ -13,14 +13,16 @@ def confusion_matrix(gold_ids, predicted_ids, num_labels):
   return matrix
 
 
-def classification_metrics(outputs, label_list):
-  """Accuracy, macro-F1, loss and the per-class report from per-example eval outputs."""
-  gold = outputs["label_ids"]
-  predicted = np.argmax(outputs["probabilities"], axis=-1)
-  matrix = confusion_matrix(gold, predicted, len(label_list))
-  true_positives = np.diag(matrix).astype(np.float64)
-  predicted_counts = matrix.sum(axis=0)
-  support = matrix.sum(axis=1)
+def per_class_scores(true_positives, predicted_counts, support):
+  """Precision, recall and F1 per class (0 where undefined), and their macro-F1.
+
+  Args:
+    true_positives, predicted_counts, support: int [classes].
+
+  Returns:
+    (precision, recall, f1: float64 [classes], macro_f1: float).
+  """
+  true_positives = np.asarray(true_positives, np.float64)
   precision = np.divide(true_positives, predicted_counts,
                         out=np.zeros_like(true_positives), where=predicted_counts > 0)
   recall = np.divide(true_positives, support, out=np.zeros_like(true_positives),
@@ -31,10 +33,22 @@ def classification_metrics(outputs, label_list):
   # Macro-F1 over the classes present in gold or predictions, as scikit-learn's
   # labels=present classes would; absent classes would only add zeros.
   present = (support + predicted_counts) > 0
+  macro_f1 = float(np.mean(f1[present])) if present.any() else 0.0
+  return precision, recall, f1, macro_f1
+
+
+def classification_metrics(outputs, label_list):
+  """Accuracy, macro-F1, loss and the per-class report from per-example eval outputs."""
+  gold = outputs["label_ids"]
+  predicted = np.argmax(outputs["probabilities"], axis=-1)
+  matrix = confusion_matrix(gold, predicted, len(label_list))
+  support = matrix.sum(axis=1)
+  precision, recall, f1, macro_f1 = per_class_scores(np.diag(matrix), matrix.sum(axis=0),
+                                                     support)
   loss = float(np.mean(outputs["per_example_loss"]))
   metrics = {
       "eval_accuracy": float(np.mean(predicted == gold)),
-      "macro_f1": float(np.mean(f1[present])) if present.any() else 0.0,
+      "macro_f1": macro_f1,
       "eval_loss": loss,
       "loss": loss,
   }
@@ -59,7 +73,7 @@ def display_width(text):
   return width
 
 
-def _pad(text, width, right=False):
+def pad(text, width, right=False):
   """`text` padded with spaces to `width` display columns (Chinese labels line up)."""
   padding = " " * max(0, width - display_width(text))
   return padding + text if right else text + padding
@@ -72,16 +86,16 @@ def format_eval_report(metrics, report):
   lines = ["examples: %d   accuracy: %.4f   macro-F1: %.4f   loss: %.4f" % (
       report["num_examples"], metrics["eval_accuracy"], metrics["macro_f1"],
       metrics["eval_loss"]), ""]
-  lines.append("%s  %9s  %9s  %9s  %7s" % (_pad("label", width), "precision", "recall", "f1",
+  lines.append("%s  %9s  %9s  %9s  %7s" % (pad("label", width), "precision", "recall", "f1",
                                            "support"))
   for label in labels:
     row = report["per_class"][label]
     lines.append("%s  %9.4f  %9.4f  %9.4f  %7d" % (
-        _pad(label, width), row["precision"], row["recall"], row["f1"], row["support"]))
+        pad(label, width), row["precision"], row["recall"], row["f1"], row["support"]))
   lines += ["", "confusion matrix (rows: gold, columns: predicted)"]
-  lines.append("%s  %s" % (_pad("", width), "  ".join(_pad(l, width, right=True)
+  lines.append("%s  %s" % (pad("", width), "  ".join(pad(l, width, right=True)
                                                        for l in labels)))
   for label, row in zip(labels, report["confusion_matrix"]):
-    lines.append("%s  %s" % (_pad(label, width), "  ".join(
-        _pad(str(count), width, right=True) for count in row)))
+    lines.append("%s  %s" % (pad(label, width), "  ".join(
+        pad(str(count), width, right=True) for count in row)))
   return "\n".join(lines) + "\n"

@@ -18,8 +18,11 @@ PRECISIONS = collections.OrderedDict([
 
 # Substrings of the variables that stay float32 in every precision: layer_norm computes
 # in float32 and reads its gamma and beta as they are (the optimizer's weight-decay
-# exclusions use the same names).
-FLOAT32_VARIABLE_PATTERNS = ("LayerNorm", "layer_norm")
+# exclusions use the same names). The word embedding table is read float32 too:
+# modeling.embedding_lookup gathers float32 rows and casts only those, instead of casting
+# the whole [vocab, hidden] table every step; BertModel.get_embedding_table() returns it
+# in the compute dtype for the tied masked-LM output.
+FLOAT32_VARIABLE_PATTERNS = ("LayerNorm", "layer_norm", "word_embeddings")
 
 
 def compute_dtype(precision):

@@ -33,6 +33,9 @@ _MASKED_SCORE_ADDER = -10000.0
 # LayerNorm epsilon of the released checkpoints.
 _LAYER_NORM_EPSILON = 1e-12
 
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
 # Fields of bert_config.json the model reads, grouped by the type they need.
 _INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
                "num_attention_heads", "intermediate_size",
@@ -334,6 +337,11 @@ class BertModel(object):
 
       # [batch, seq, hidden]
       self.sequence_output = self.all_encoder_layers[-1]
+      # Under mixed precision the table stays float32 for the lookup (only the gathered
+      # rows are cast); users of the whole table (the tied masked-LM output) get it in the
+      # compute dtype, cast only if they use it.
+      self.embedding_table = _cast_if_needed(self.embedding_table,
+                                             self.embedding_output.dtype)
 
       with tf.variable_scope("pooler"):
         # The pooled output summarises the sequence by the final hidden state
@@ -394,7 +402,10 @@ def _check_heads_divide_hidden(hidden_size, num_attention_heads):
 def gelu(x):
   """Gaussian Error Linear Unit, exact form: 0.5 * x * (1 + erf(x / sqrt(2))).
 
-  This is what "gelu" meant when the released checkpoints were trained.
+  This is what "gelu" meant when the released checkpoints were trained. The gradient is
+  written out, x Phi'(x) + Phi(x) with Phi' = exp(-x^2 / 2) / sqrt(2 pi), reusing the
+  forward pass's erf: fewer elementwise ops over the [rows, intermediate] activations than
+  differentiating the formula op by op (docs/PERFORMANCE.md, issue #22).
 
   Args:
     x: float Tensor.
@@ -402,7 +413,24 @@ def gelu(x):
   Returns:
     `x` with the activation applied.
   """
-  return 0.5 * x * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+  return _gelu_with_gradient(x)
+
+
+@tf.custom_gradient
+def _gelu_with_gradient(x):
+  """gelu(x), and a gradient function that reuses its x / sqrt(2) and erf."""
+  scaled = x * _INV_SQRT_2
+  one_plus_erf = 1.0 + tf.math.erf(scaled)
+  output = 0.5 * x * one_plus_erf
+
+  def grad(dy):
+    # d/dx [x Phi(x)] = Phi(x) + x Phi'(x), with Phi(x) = (1 + erf(x / sqrt 2)) / 2 and
+    # Phi'(x) = exp(-(x / sqrt 2)^2) / sqrt(2 pi). Square, Neg, Exp is a chain of unary ops,
+    # which Grappler runs as one pass (_UnaryOpsComposition) on CPU.
+    pdf = tf.exp(tf.negative(tf.square(scaled)))
+    return dy * (0.5 * one_plus_erf + x * pdf * _INV_SQRT_2PI)
+
+  return output, grad
 
 
 def gelu_new(x):
@@ -536,7 +564,8 @@ def layer_norm(input_tensor, name=None):
 
   Creates `<name>/beta` (zeros) and `<name>/gamma` (ones) of the size of the
   last axis; `name` defaults to "LayerNorm". Statistics are computed in
-  float32 with epsilon 1e-12.
+  float32 with epsilon 1e-12, and so is the gradient, which is written out
+  (_layer_norm_with_gradient) rather than differentiated op by op.
 
   Args:
     input_tensor: float Tensor [..., width] with a static last dimension.
@@ -553,13 +582,38 @@ def layer_norm(input_tensor, name=None):
   with tf.variable_scope(name or "LayerNorm"):
     beta = tf.get_variable("beta", [width], initializer=tf.zeros_initializer())
     gamma = tf.get_variable("gamma", [width], initializer=tf.ones_initializer())
-    x = tf.cast(input_tensor, tf.float32)
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    centered = x - mean
-    variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-    normalized = centered * tf.math.rsqrt(variance + _LAYER_NORM_EPSILON)
-    output = normalized * gamma + beta
-    return tf.cast(output, input_tensor.dtype)
+    return _layer_norm_with_gradient(input_tensor, gamma, beta)
+
+
+@tf.custom_gradient
+def _layer_norm_with_gradient(input_tensor, gamma, beta):
+  """LayerNorm of the last axis in float32, output in the input's dtype.
+
+  The gradient is the closed form (x_hat the normalized input, g = dy * gamma, means
+  over the last axis):
+    dx = rsqrt(var + eps) * (g - mean(g) - x_hat * mean(g * x_hat))
+    dgamma = sum(dy * x_hat), dbeta = sum(dy)   (over every axis but the last)
+  About half the elementwise passes of the op-by-op gradient, and no broadcast-shape ops.
+  """
+  x = tf.cast(input_tensor, tf.float32)
+  mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+  centered = x - mean
+  variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
+  inverse_std = tf.math.rsqrt(variance + _LAYER_NORM_EPSILON)
+  normalized = centered * inverse_std
+  output = tf.cast(normalized * gamma + beta, input_tensor.dtype)
+
+  def grad(dy):
+    dy = tf.cast(dy, tf.float32)
+    outer_axes = list(range(dy.shape.ndims - 1))
+    d_beta = tf.reduce_sum(dy, axis=outer_axes)
+    d_gamma = tf.reduce_sum(dy * normalized, axis=outer_axes)
+    g = dy * gamma
+    d_x = inverse_std * (g - tf.reduce_mean(g, axis=-1, keepdims=True) - normalized *
+                         tf.reduce_mean(g * normalized, axis=-1, keepdims=True))
+    return tf.cast(d_x, input_tensor.dtype), d_gamma, d_beta
+
+  return output, grad
 
 
 def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
@@ -717,6 +771,7 @@ def embedding_postprocessor(input_tensor,
     one_hot_types = tf.one_hot(flat_type_ids, depth=token_type_vocab_size,
                                dtype=token_type_table.dtype.base_dtype)
     type_embeddings = tf.matmul(one_hot_types, token_type_table)
+    output = _cast_if_needed(output, type_embeddings.dtype)
     output += tf.reshape(type_embeddings, input_shape)  # [batch, seq, width]
 
   if use_position_embeddings:
@@ -729,9 +784,17 @@ def embedding_postprocessor(input_tensor,
     # and broadcast them over the batch. tf.slice fails at run time for a
     # dynamic seq longer than the table, where [:seq] would silently stop short.
     position_embeddings = tf.slice(position_table, [0, 0], [seq_length, -1])  # [seq, width]
+    output = _cast_if_needed(output, position_embeddings.dtype)
     output += tf.expand_dims(position_embeddings, 0)  # [batch, seq, width]
 
   return layer_norm_and_dropout(output, dropout_prob)
+
+
+def _cast_if_needed(value, dtype):
+  """`value` (a tensor or variable) as `dtype`; itself when it already has that dtype."""
+  if value.dtype.base_dtype == dtype:
+    return value
+  return tf.cast(value, dtype)
 
 
 def create_attention_mask_from_input_mask(from_tensor, to_mask):
@@ -833,6 +896,9 @@ def attention_layer(from_tensor,
         matrix, [batch_size, seq_length, num_attention_heads, size_per_head])
     return tf.transpose(split, [0, 2, 1, 3])
 
+  # The 1/sqrt(size_per_head) of the scores, applied to the queries: a pass over
+  # [rows, hidden] instead of [batch, heads, from_seq, to_seq] (exact for sizes 4^k, as 64).
+  query *= 1.0 / math.sqrt(float(size_per_head))
   query = split_heads(query, from_seq_length)  # [batch, heads, from_seq, size]
   key = split_heads(key, to_seq_length)  # [batch, heads, to_seq, size]
   value = split_heads(value, to_seq_length)  # [batch, heads, to_seq, size]
@@ -840,7 +906,6 @@ def attention_layer(from_tensor,
   # [batch, heads, from_seq, to_seq]; the mask and the softmax in float32 whatever the
   # compute precision: -10000 and exp() of large scores do not fit float16.
   scores = tf.cast(tf.matmul(query, key, transpose_b=True), tf.float32)
-  scores *= 1.0 / math.sqrt(float(size_per_head))
 
   if attention_mask is not None:
     mask = tf.expand_dims(tf.cast(attention_mask, tf.float32), 1)  # [batch, 1, from_seq, to_seq]

@@ -12,7 +12,9 @@ Input (--input_file, else stdin): UTF-8, one text per line; with --text_b, each 
 characters), is an error (the message names the file and line).
 
 Output (--output_file, else stdout): one line per input line, in input order:
-`label<TAB>probability<TAB>p_1<TAB>...<TAB>p_k`, the probabilities in labels.txt order.
+`label<TAB>probability<TAB>p_1<TAB>...<TAB>p_k`, the probabilities in labels.txt order. A
+multi-label classifier writes `labels<TAB>p_1<TAB>...<TAB>p_k`, its predicted labels (those
+reaching their thresholds.json thresholds) joined by its separator, empty for none.
 
 An NER model reads the same lines (no --text_b), each character one token as in CLUENER;
 a line longer than max_seq_length - 2 pieces is cut into windows doc_stride pieces apart
@@ -22,6 +24,7 @@ with character offsets into the line, `end` exclusive.
 
 With --serve=PORT it answers HTTP instead (docs/SERVING.md):
   POST /predict  {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities", "truncated"}
+                 (a multi-label classifier: "labels" holds a list of labels per text)
                  (NER: {"texts": [...]} -> {"entities": [[...], ...]}, one list per text)
   GET  /labels   {"labels": [...]}
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
@@ -150,12 +153,17 @@ def read_input():
   return parse_lines("<stdin>", decode_utf8("<stdin>", sys.stdin.buffer.read()), FLAGS.text_b)
 
 
-def format_predictions(probabilities, labels):
-  """label<TAB>probability<TAB>all probabilities, one line per row of [n, num_labels]."""
+def format_predictions(probabilities, predictor):
+  """One line per row of [n, num_labels]: label<TAB>probability<TAB>all probabilities; for a
+  multi-label classifier, its labels joined by its separator<TAB>all probabilities."""
   lines = []
-  for row in probabilities:
-    best = int(row.argmax())
-    lines.append("\t".join([labels[best], str(row[best])] + [str(p) for p in row]) + "\n")
+  separator = predictor.model.files.settings.get("label_separator")
+  for row, labels in zip(probabilities, predictor.predicted_labels(probabilities)):
+    if separator is None:
+      head = [labels, str(row[predictor.labels.index(labels)])]
+    else:
+      head = [separator.join(labels)]
+    lines.append("\t".join(head + [str(p) for p in row]) + "\n")
   return "".join(lines)
 
 
@@ -185,7 +193,7 @@ def load_predictor():
   if is_ner(model):
     predictor = ner_serving.NerPredictor(model, devices, FLAGS.predict_batch_size)
   else:
-    model_fn = run_classifier_mgpu.create_model_fn(model.bert_config, len(model.files.labels))
+    model_fn = run_classifier_mgpu.model_fn_of(model.files, model.bert_config)
     predictor = serving.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
   tf.logging.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
                   devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)
@@ -242,7 +250,7 @@ def predict_file():
   featurized = time.time()
   probabilities = predictor.predict(features)
   elapsed = time.time() - start
-  write_output(format_predictions(probabilities, predictor.labels))
+  write_output(format_predictions(probabilities, predictor))
   tf.logging.info("Predicted %d text(s) in %.2f s (%.1f texts/s; tokenizing %.2f s).",
                   len(texts_a), elapsed, len(texts_a) / max(elapsed, 1e-9),
                   featurized - start)
@@ -377,8 +385,7 @@ class ServingState(object):
     with self._idle:  # counted once answered, as /healthz promises
       self.truncated += truncated
       self.requests += 1
-    labels = self.predictor.labels
-    return {"labels": [labels[int(row.argmax())] for row in probabilities],
+    return {"labels": self.predictor.predicted_labels(probabilities),
             "probabilities": [[float(p) for p in row] for row in probabilities],
             "truncated": truncated}
 

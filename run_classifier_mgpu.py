@@ -8,19 +8,27 @@ classifier_data.py; the shared loop is runner.py.
 Outputs in --output_dir:
   labels.txt                      the label list (with --do_train; reused without it)
   best/                           the best dev checkpoint (--do_train --do_eval)
-  eval_results.txt                Google's key = value metrics (--do_eval)
+  eval_results.txt                Google's key = value metrics (--do_eval; with --multi_label
+                                  also micro_f1, macro_f1, exact_match)
+  thresholds.json                 the per-label thresholds of a --multi_label model
+  <task>_predict.json             CLUE submission files (--clue_submission)
   eval_report.txt, .json          per-class precision/recall/F1, confusion matrix
-  predict.txt                     one predicted label per test example, in order
+  predict.txt                     one predicted label per test example, in order (with
+                                  --multi_label: its labels joined by --label_separator)
   test_results.tsv                Google's: the class probabilities per test example
   predict_detail.tsv              id, text(s), predicted label and its probability
   vocab.txt, bert_config.json,    what a model needs to be served (with --do_train;
   model_settings.json             serving.py)
+
+Long texts: --long_text=truncate (Google's), head_tail, or windows (the whole text read in
+windows whose pooled vectors are combined; docs/FORMATS.md 6 and 14).
 
 With --export_dir, the best (else the latest) checkpoint is exported as a SavedModel into
 the next numbered version directory there (docs/SERVING.md); alone, it exports a trained
 output_dir and needs no data.
 """
 
+import contextlib
 import json
 import os
 
@@ -30,8 +38,11 @@ import tensorflow.compat.v1 as tf
 import checkpoints
 import classifier_data
 import classifier_metrics
+import clue_submission
 import command_line
+import long_text
 import modeling
+import multi_label
 import output_files
 import phases
 import run_settings
@@ -46,28 +57,47 @@ from output_files import atomic_write_text
 # The head
 # ---------------------------------------------------------------------------
 
-def create_model_fn(bert_config, num_labels):
-  """Returns model_fn(features, is_training): BERT + Google's softmax classifier.
+# The variable scope of the multi-label head (docs/FORMATS.md): its variables differ in name
+# from the softmax head's, so neither kind of checkpoint loads silently into the other.
+MULTI_LABEL_SCOPE = "multi_label"
 
-  The head's variables are Google's top-level `output_weights` [num_labels, hidden] and
-  `output_bias` [num_labels], so checkpoints load in Google's run_classifier.py. Without a
-  "label_ids" feature (serving), the model returns only the probabilities.
+
+def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=None):
+  """Returns model_fn(features, is_training): BERT + a classifier head on the pooled output.
+
+  With window_pooling ("max" or "mean", --long_text=windows) the inputs are
+  [batch, windows, seq]: every window goes through BERT and the windows' pooled vectors of a
+  document are combined into one (long_text.pool_windows) before the one head.
+
+  One label per example: Google's softmax head, with Google's top-level `output_weights`
+  [num_labels, hidden] and `output_bias` [num_labels], so checkpoints load in Google's
+  run_classifier.py. With multi_label: one sigmoid per label, variables
+  `multi_label/output_weights` and `multi_label/output_bias`, the loss the binary
+  cross-entropy averaged over the labels (as PyTorch's BCEWithLogitsLoss) and then over the
+  examples. Without a "label_ids" feature (serving), the model returns only the
+  probabilities.
   """
   def model_fn(features, is_training):
-    model = modeling.BertModel(
-        config=bert_config, is_training=is_training, input_ids=features["input_ids"],
-        input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
-    pooled = model.get_pooled_output()  # [batch, hidden]
-    output_weights = tf.get_variable(
-        "output_weights", [num_labels, bert_config.hidden_size],
-        initializer=tf.truncated_normal_initializer(stddev=0.02))
-    output_bias = tf.get_variable("output_bias", [num_labels],
-                                  initializer=tf.zeros_initializer())
+    if window_pooling:
+      pooled = _pooled_windows(bert_config, features, is_training, window_pooling)
+    else:
+      model = modeling.BertModel(
+          config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+          input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
+      pooled = model.get_pooled_output()  # [batch, hidden]
+    with (tf.variable_scope(MULTI_LABEL_SCOPE) if multi_label else contextlib.nullcontext()):
+      output_weights = tf.get_variable(
+          "output_weights", [num_labels, bert_config.hidden_size],
+          initializer=tf.truncated_normal_initializer(stddev=0.02))
+      output_bias = tf.get_variable("output_bias", [num_labels],
+                                    initializer=tf.zeros_initializer())
     if is_training:
       pooled = modeling.dropout(pooled, bert_config.hidden_dropout_prob)
-    # [batch, num_labels]; the softmax and the loss in float32 whatever the precision.
+    # [batch, num_labels]; probabilities and the loss in float32 whatever the precision.
     logits = tf.cast(tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
                                     output_bias), tf.float32)
+    if multi_label:
+      return _multi_label_outputs(logits, features)
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     outputs = {"probabilities": tf.exp(log_probs)}
     if "label_ids" in features:
@@ -77,6 +107,62 @@ def create_model_fn(bert_config, num_labels):
                      label_ids=features["label_ids"])
     return outputs
   return model_fn
+
+
+def _pooled_windows(bert_config, features, is_training, window_pooling):
+  """[batch, hidden]: BERT's pooled output of each window, combined per document."""
+  shape = tf.shape(features["input_ids"])  # [batch, windows, seq]
+  flat = {name: tf.reshape(features[name], [-1, shape[2]])  # [batch * windows, seq]
+          for name in ("input_ids", "input_mask", "segment_ids")}
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training, input_ids=flat["input_ids"],
+      input_mask=flat["input_mask"], token_type_ids=flat["segment_ids"])
+  pooled = tf.reshape(model.get_pooled_output(),
+                      [shape[0], shape[1], bert_config.hidden_size])
+  window_mask = tf.reduce_max(features["input_mask"], axis=-1)  # [batch, windows]
+  return long_text.pool_windows(pooled, window_mask, window_pooling)
+
+
+def _multi_label_outputs(logits, features):
+  """Sigmoid probabilities [batch, labels] and the binary cross-entropy of float32 logits."""
+  outputs = {"probabilities": tf.sigmoid(logits)}
+  if "label_ids" in features:
+    labels = tf.cast(features["label_ids"], tf.float32)  # [batch, labels] multi-hot
+    per_example_loss = tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits), axis=-1)
+    outputs.update(loss=tf.reduce_mean(per_example_loss), per_example_loss=per_example_loss,
+                   label_ids=features["label_ids"])
+  return outputs
+
+
+def model_fn_of(files, bert_config):
+  """The model_fn of a trained model's serving.ModelFiles (single- or multi-label, windows
+  or not)."""
+  settings = files.settings
+  return create_model_fn(bert_config, len(files.labels),
+                         bool(settings.get("multi_label", False)),
+                         settings.get("window_pooling") if settings.get("long_text") ==
+                         "windows" else None)
+
+
+def check_head(checkpoint, multi_label):
+  """Refuses a fine-tuned checkpoint whose head is of the other kind (softmax given to a
+  multi-label run, or the reverse); a pretrained BERT checkpoint has neither head.
+
+  Raises:
+    UsageError: the checkpoint's head is the other kind's.
+  """
+  names = set(name for name, _ in tf.train.list_variables(checkpoint))
+  softmax = "output_weights" in names
+  sigmoid = MULTI_LABEL_SCOPE + "/output_weights" in names
+  if multi_label and softmax and not sigmoid:
+    raise UsageError("%s holds a single-label (softmax) classifier: it cannot be used with "
+                     "--multi_label; drop --multi_label, or start from a pretrained BERT "
+                     "checkpoint" % checkpoint)
+  if not multi_label and sigmoid and not softmax:
+    raise UsageError("%s holds a multi-label classifier: pass --multi_label (and its "
+                     "--label_separator), or start from a pretrained BERT checkpoint"
+                     % checkpoint)
 
 
 # ---------------------------------------------------------------------------
@@ -89,34 +175,103 @@ def _one_line(text):
 
 def write_eval_reports(output_dir, metrics, report):
   """eval_report.txt (for a person) and eval_report.json, beside eval_results.txt."""
-  atomic_write_text(os.path.join(output_dir, "eval_report.txt"),
-                    classifier_metrics.format_eval_report(metrics, report))
+  formatter = (multi_label.format_eval_report if "per_label" in report else
+               classifier_metrics.format_eval_report)
+  atomic_write_text(os.path.join(output_dir, "eval_report.txt"), formatter(metrics, report))
   atomic_write_text(os.path.join(output_dir, "eval_report.json"),
                     json.dumps(dict(report, metrics=metrics), ensure_ascii=False, indent=2)
                     + "\n")
 
 
-def write_predict_outputs(output_dir, examples, probabilities, label_list):
-  """predict.txt (label names), test_results.tsv (Google's) and predict_detail.tsv."""
-  predicted = np.argmax(probabilities, axis=-1)
+def write_predict_outputs(output_dir, examples, probabilities, label_list, thresholds=None,
+                          separator=","):
+  """predict.txt (label names), test_results.tsv (Google's) and predict_detail.tsv.
+
+  Args:
+    output_dir: where they go.
+    examples: the test InputExamples, in order.
+    probabilities: float [examples, labels].
+    label_list: the labels.
+    thresholds: None for one label per example (the most probable); with --multi_label,
+      float [labels]: predict.txt lines then hold every label reaching its threshold,
+      joined by `separator` (an empty line for none).
+    separator: the multi-label separator.
+  """
+  if thresholds is None:
+    best = np.argmax(probabilities, axis=-1)
+    predicted = [label_list[i] for i in best]
+    columns = ["predicted_label", "probability"]
+    details = [[label_list[i], "%.6f" % row[i]] for i, row in zip(best, probabilities)]
+  else:
+    chosen = multi_label.predicted_sets(probabilities, thresholds)
+    predicted = [multi_label.label_string(row, label_list, separator) for row in chosen]
+    columns = ["predicted_labels"]
+    details = [[labels] for labels in predicted]
   atomic_write_text(os.path.join(output_dir, "predict.txt"),
-                    "".join(label_list[i] + "\n" for i in predicted))
+                    "".join(labels + "\n" for labels in predicted))
   atomic_write_text(os.path.join(output_dir, "test_results.tsv"), "".join(
       "\t".join(str(p) for p in row) + "\n" for row in probabilities))
   has_text_b = any(e.text_b is not None for e in examples)
   has_gold = any(e.label is not None for e in examples)
-  header = ["id", "text_a"] + (["text_b"] if has_text_b else []) + [
-      "predicted_label", "probability"] + (["gold_label"] if has_gold else [])
+  header = ["id", "text_a"] + (["text_b"] if has_text_b else []) + columns + (
+      ["gold_label" if thresholds is None else "gold_labels"] if has_gold else [])
   rows = ["\t".join(header)]
-  for example, label_id, row in zip(examples, predicted, probabilities):
+  for example, detail in zip(examples, details):
     fields = [_one_line(str(example.guid)), _one_line(example.text_a)]
     if has_text_b:
       fields.append(_one_line(example.text_b))
-    fields += [label_list[label_id], "%.6f" % row[label_id]]
+    fields += detail
     if has_gold:
-      fields.append(_one_line(example.label))
+      gold = example.label
+      fields.append(_one_line(separator.join(gold) if isinstance(gold, tuple) else gold))
     rows.append("\t".join(fields))
   atomic_write_text(os.path.join(output_dir, "predict_detail.tsv"), "\n".join(rows) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Multi-label: scores and thresholds
+# ---------------------------------------------------------------------------
+
+def run_thresholds(dev_outputs, label_list):
+  """The multi-label thresholds of this run and where they come from.
+
+  `tuned`: chosen on `dev_outputs` when there are some, else output_dir/thresholds.json.
+  A number: that threshold for every label, except that a run that does not train and is
+  not given the flag keeps the thresholds.json of the model.
+
+  Returns:
+    (float [labels], a description for thresholds.json and the log).
+  """
+  threshold = multi_label.parse_threshold(FLAGS.multi_label_threshold)
+  if threshold == multi_label.TUNED and dev_outputs is not None:
+    return (multi_label.tune_thresholds(dev_outputs["probabilities"], dev_outputs["label_ids"]),
+            "tuned on dev (%d examples)" % len(dev_outputs["probabilities"]))
+  if threshold == multi_label.TUNED or not (FLAGS.do_train or
+                                            FLAGS["multi_label_threshold"].present):
+    saved = multi_label.read_thresholds(FLAGS.output_dir, label_list)
+    if saved is not None:
+      return saved, multi_label.THRESHOLDS_FILE
+  return (np.full([len(label_list)], threshold),
+          "--multi_label_threshold=%s" % FLAGS.multi_label_threshold)
+
+
+def save_thresholds(dev_outputs, label_list):
+  """run_thresholds(), written to output_dir/thresholds.json unless read from it."""
+  thresholds, source = run_thresholds(dev_outputs, label_list)
+  if source != multi_label.THRESHOLDS_FILE:
+    multi_label.write_thresholds(FLAGS.output_dir, label_list, thresholds, source)
+  tf.logging.info("Multi-label thresholds (%s): %s", source, ", ".join(
+      "%s %.3f" % pair for pair in zip(label_list, thresholds)))
+  return thresholds
+
+
+def scores(outputs, label_list):
+  """(metrics, report) of eval outputs; multi-label ones with this run's thresholds (tuned
+  on these outputs with `tuned`)."""
+  if not FLAGS.multi_label:
+    return classifier_metrics.classification_metrics(outputs, label_list)
+  return multi_label.multi_label_metrics(outputs, label_list,
+                                         run_thresholds(outputs, label_list)[0])
 
 
 # ---------------------------------------------------------------------------
@@ -137,9 +292,32 @@ def define_flags():
       "max_seq_length", "do_train", "do_eval", "do_predict", "train_batch_size",
       "eval_batch_size", "predict_batch_size", "learning_rate", "num_train_epochs",
       "warmup_proportion", "save_checkpoints_steps", "group_by_length"])
-  flags.DEFINE_enum("best_metric", "accuracy", ["accuracy", "macro_f1"], "With --do_train and "
-                    "--do_eval: the dev metric whose best checkpoint is kept in output_dir/best"
-                    "; eval and predict use output_dir/best whenever it exists.")
+  flags.DEFINE_enum("best_metric", "accuracy", ["accuracy", "macro_f1", "micro_f1"],
+                    "With --do_train and --do_eval: the dev metric whose best checkpoint is kept "
+                    "in output_dir/best; eval and predict use output_dir/best whenever it "
+                    "exists. With --multi_label the default is micro_f1 (accuracy is then the "
+                    "exact-set accuracy).")
+  flags.DEFINE_enum("long_text", "truncate", list(classifier_data.LONG_TEXT_MODES),
+                    "A text longer than max_seq_length: truncate (cut its end, Google's), "
+                    "head_tail (keep --head_tokens from its start and the rest from its end), or "
+                    "windows (read it whole: windows --doc_stride apart, their pooled vectors "
+                    "combined by --window_pooling, one prediction per text).")
+  flags.DEFINE_integer("head_tokens", None, "With --long_text=head_tail: tokens kept from the "
+                       "start of a long text (default: a quarter of the room).")
+  flags.DEFINE_integer("doc_stride", 64, "With --long_text=windows: tokens between the starts "
+                       "of a long text's windows.")
+  flags.DEFINE_integer("max_windows", 8, "With --long_text=windows: the most windows read per "
+                       "text; text past them is left out and counted in the log.")
+  flags.DEFINE_enum("window_pooling", "max", ["max", "mean"], "With --long_text=windows: how "
+                    "the windows' pooled vectors are combined into the text's.")
+  flags.DEFINE_bool("multi_label", False, "Each example has zero or more labels (tsv, csv, "
+                    "jsonl): one sigmoid per label instead of a softmax over one.")
+  flags.DEFINE_string("label_separator", ",", "With --multi_label: the separator between an "
+                      "example's labels in the label field (jsonl also takes a JSON list).")
+  flags.DEFINE_string("multi_label_threshold", "0.5", "With --multi_label: the probability at "
+                      "which a label is predicted, or `tuned`: per label, the threshold with "
+                      "the best F1 on dev. Saved to output_dir/thresholds.json, which later "
+                      "runs, export and predict_text.py use unless this flag is given.")
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations without "
                        "a better --best_metric (0: never).")
   flags.DEFINE_integer("num_workers", 0, "Processes for featurizing (0: all cores).")
@@ -147,6 +325,10 @@ def define_flags():
                     "the texts as single tokens (e.g. blanked texts for a pair classifier "
                     "after --pretraining_task=pair_span); default: split them, as Google's "
                     "tokenizer does. Kept in model_settings.json for predict_text.py.")
+  flags.DEFINE_bool("clue_submission", False, "With --do_predict on a CLUE task (" +
+                    ", ".join(clue_submission.CLUE_TASKS) + "): also write the leaderboard's "
+                    "output_dir/<task_name>_predict.json, {\"id\": ..., \"label\": ...} per "
+                    "test example, and its copy under the CLUE 1.1 name where that differs.")
   flags.DEFINE_string("export_dir", None, "Export the trained classifier as a SavedModel into "
                       "the next numbered version directory here (TF Serving's layout); alone, "
                       "it exports the model in --output_dir and needs no --data_dir.")
@@ -158,13 +340,58 @@ def define_flags():
 
 def model_settings():
   """The model_settings.json of a model trained by this run (serving.py reads it)."""
-  return serving.classifier_settings(FLAGS.task_name, FLAGS.do_lower_case,
-                                     FLAGS.max_seq_length, FLAGS.literal_special_tokens)
+  return serving.classifier_settings(
+      FLAGS.task_name, FLAGS.do_lower_case, FLAGS.max_seq_length, feature_options(),
+      FLAGS.window_pooling)
+
+
+def feature_options():
+  return classifier_data.FeatureOptions(
+      FLAGS.literal_special_tokens, FLAGS.multi_label, FLAGS.label_separator,
+      FLAGS.long_text, FLAGS.head_tokens, FLAGS.doc_stride, FLAGS.max_windows)
+
+
+def check_long_text_flags():
+  """The --long_text settings' checks (before anything is written). Raises UsageError."""
+  if FLAGS.long_text == "head_tail" and FLAGS.head_tokens is not None and not (
+      0 <= FLAGS.head_tokens <= FLAGS.max_seq_length - 2):
+    raise UsageError("--head_tokens=%d: use 0 to max_seq_length - 2 = %d tokens from the "
+                     "start." % (FLAGS.head_tokens, FLAGS.max_seq_length - 2))
+  if FLAGS.long_text == "windows":
+    command_line.check_positive(FLAGS, ("doc_stride", "max_windows"))
+    if FLAGS.max_seq_length < 5:
+      raise UsageError("--long_text=windows needs --max_seq_length of at least 5.")
+
+
+def best_metric_key():
+  """The eval_results.txt key of --best_metric (micro_f1 by default with --multi_label)."""
+  metric = FLAGS.best_metric
+  if FLAGS.multi_label and not FLAGS["best_metric"].present:
+    metric = "micro_f1"
+  return {"accuracy": "eval_accuracy"}.get(metric, metric)
+
+
+def check_multi_label_flags():
+  """The multi-label flags' checks (before anything is written). Raises UsageError."""
+  if not FLAGS.multi_label:
+    if FLAGS.best_metric == "micro_f1":
+      raise UsageError("--best_metric=micro_f1 scores multi-label runs: pass --multi_label, "
+                       "or use accuracy or macro_f1.")
+    return
+  threshold = multi_label.parse_threshold(FLAGS.multi_label_threshold)
+  saved = os.path.join(FLAGS.output_dir, multi_label.THRESHOLDS_FILE)
+  if threshold == multi_label.TUNED and not FLAGS.do_eval and (FLAGS.do_train or
+                                                               not os.path.isfile(saved)):
+    raise UsageError("--multi_label_threshold=tuned chooses the thresholds on dev: add "
+                     "--do_eval%s." % ("" if FLAGS.do_train else
+                                       " (%s does not exist yet)" % saved))
 
 
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig (None
   when only exporting: the config then comes from output_dir)."""
+  if FLAGS.clue_submission:
+    clue_submission.check_flags(FLAGS.task_name, FLAGS.do_predict)
   if command_line.check_actions(FLAGS, ("data_dir", "task_name")):
     command_line.check_run_flags(FLAGS)
     return None
@@ -172,6 +399,8 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   if FLAGS.num_workers < 0:
     raise UsageError("--num_workers=%d: use 0 (all cores) or more." % FLAGS.num_workers)
+  check_multi_label_flags()
+  check_long_text_flags()
   command_line.check_run_flags(FLAGS)
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
@@ -199,8 +428,9 @@ def export_model():
                                               files.settings["max_seq_length"])
   checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, None,
                                                          best_subdir="best")
+  check_head(checkpoint, bool(files.settings.get("multi_label", False)))
   path = serving.export_classifier(FLAGS.export_dir, files, checkpoint,
-                                   create_model_fn(bert_config, len(files.labels)), bert_config)
+                                   model_fn_of(files, bert_config), bert_config)
   tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
   return path
 
@@ -238,12 +468,16 @@ def prepare_output_dir(splits, label_list, processor):
   largest = max([len(examples) for examples in splits.values()] or [0])
   with classifier_data.FeaturizingPool(
       FLAGS.vocab_file, FLAGS.do_lower_case, label_list, FLAGS.max_seq_length,
-      FLAGS.num_workers or None, largest_split=largest,
-      literal_special_tokens=FLAGS.literal_special_tokens) as pool:
+      FLAGS.num_workers or None, largest_split=largest, options=feature_options()) as pool:
     config = run_settings.make_run_config(FLAGS,
                                           num_train_examples=len(splits.get("train", ())))
     if not FLAGS.do_train:
-      checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint, "best")
+      check_head(checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
+                                                      "best")[0], FLAGS.multi_label)
+    else:  # training resumes output_dir's checkpoint, else starts from --init_checkpoint
+      start = tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
+      if start:
+        check_head(start, FLAGS.multi_label)
     output_files.claim_output_dir(config)
     if FLAGS.do_train and config.is_chief:
       classifier_data.write_label_list(FLAGS.output_dir, label_list)
@@ -257,7 +491,7 @@ def prepare_output_dir(splits, label_list, processor):
             examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
             vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
             task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool,
-            literal_special_tokens=FLAGS.literal_special_tokens)[0]
+            options=feature_options())[0]
   return config, record_files
 
 
@@ -269,11 +503,17 @@ def main(_):
   command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
                               FLAGS.bert_config_file, FLAGS.literal_special_tokens)
   classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
-  processor = classifier_data.get_processor(FLAGS.task_name)
+  processor = classifier_data.get_processor(
+      FLAGS.task_name, FLAGS.label_separator if FLAGS.multi_label else None)
   splits, label_list = read_splits(processor)
   config, record_files = prepare_output_dir(splits, label_list, processor)
-  spec = classifier_data.input_feature_spec(FLAGS.max_seq_length)
-  model_fn = create_model_fn(bert_config, len(label_list))
+  spec = classifier_data.input_feature_spec(
+      FLAGS.max_seq_length, len(label_list) if FLAGS.multi_label else None)
+  window_pooling = None
+  if FLAGS.long_text == "windows":
+    spec = tfrecord_io.windowed_feature_spec(spec)
+    window_pooling = FLAGS.window_pooling
+  model_fn = create_model_fn(bert_config, len(label_list), FLAGS.multi_label, window_pooling)
 
   def make_dataset(split, batch_size):
     return lambda: tfrecord_io.make_dataset([record_files[split]], spec, batch_size,
@@ -281,16 +521,15 @@ def main(_):
                                             length_multiple=config.length_multiple)
 
   def dev_metrics(outputs):
-    return classifier_metrics.classification_metrics(outputs, label_list)[0]
+    return scores(outputs, label_list)[0]
 
   inference = runner.dev_and_test_inference(config, model_fn, make_dataset, FLAGS.do_eval,
                                             FLAGS.do_predict)
   if FLAGS.do_train:
     eval_spec = None
     if FLAGS.do_eval:
-      metric_key = {"accuracy": "eval_accuracy", "macro_f1": "macro_f1"}[FLAGS.best_metric]
-      eval_spec = runner.EvalSpec(inference.datasets["eval"][0], dev_metrics, metric_key,
-                                  FLAGS.early_stopping_patience)
+      eval_spec = runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
+                                  best_metric_key(), FLAGS.early_stopping_patience)
     shuffle_buffer = min(len(splits["train"]), 100000)
     runner.train(
         config, model_fn,
@@ -304,6 +543,8 @@ def main(_):
 
   if FLAGS.do_eval or FLAGS.do_predict:
     evaluate_and_predict(inference, dev_metrics, splits, label_list)
+  elif FLAGS.multi_label:
+    save_thresholds(None, label_list)  # what export and predict_text.py will use
   if FLAGS.export_dir:
     export_model()
 
@@ -313,19 +554,24 @@ def evaluate_and_predict(inference, dev_metrics, splits, label_list):
   checkpoint (computed in the training session when this process trained)."""
   checkpoint, why = inference.checkpoint()
   tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
+  dev_outputs = None
   if FLAGS.do_eval:
-    metrics, outputs = inference.evaluate("eval", dev_metrics)
-    write_eval_reports(FLAGS.output_dir, metrics,
-                       classifier_metrics.classification_metrics(outputs, label_list)[1])
+    metrics, dev_outputs = inference.evaluate("eval", dev_metrics)
+    write_eval_reports(FLAGS.output_dir, metrics, scores(dev_outputs, label_list)[1])
+  thresholds = save_thresholds(dev_outputs, label_list) if FLAGS.multi_label else None
   if FLAGS.do_predict:
     outputs = inference.outputs("predict")
     if len(outputs["probabilities"]) != len(splits["test"]):
       raise AssertionError("%d predictions for %d test examples" % (
           len(outputs["probabilities"]), len(splits["test"])))
     write_predict_outputs(FLAGS.output_dir, splits["test"], outputs["probabilities"],
-                          label_list)
+                          label_list, thresholds, FLAGS.label_separator)
     tf.logging.info("Wrote %d predictions to %s", len(splits["test"]),
                     os.path.join(FLAGS.output_dir, "predict.txt"))
+    if FLAGS.clue_submission:
+      clue_submission.write_submission(
+          FLAGS.output_dir, FLAGS.task_name, splits["test"],
+          [label_list[i] for i in np.argmax(outputs["probabilities"], -1)])
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import collections
 import json
 import os
 import queue
+import re
 import shutil
 import threading
 import time
@@ -29,6 +30,8 @@ import tensorflow.compat.v1 as tf
 import checkpoints
 import classifier_data
 import command_line
+import long_text
+import multi_label
 import multigpu
 import ner_data
 from errors import UsageError, write_error
@@ -73,15 +76,29 @@ def kind_script(kind):
 # ---------------------------------------------------------------------------
 
 def classifier_settings(task_name, do_lower_case, max_seq_length,
-                        literal_special_tokens=False):
-  """The model_settings.json content of a classifier (literal_special_tokens only when set,
-  so settings files stay as they were for models trained without it)."""
+                        options=classifier_data.FeatureOptions(), window_pooling="max"):
+  """The model_settings.json content of a classifier. The settings of
+  classifier_data.FeatureOptions appear only when they are not the default, so settings
+  files stay as they were for models trained without them.
+
+  Args:
+    options: classifier_data.FeatureOptions of the training run.
+    window_pooling: the --window_pooling of a --long_text=windows model.
+  """
   settings = collections.OrderedDict([
       ("model", CLASSIFIER_KIND), ("task_name", task_name),
       ("do_lower_case", bool(do_lower_case)), ("max_seq_length", int(max_seq_length))])
-  if literal_special_tokens:
-    settings["literal_special_tokens"] = True
+  settings.update(sorted(classifier_data.options_settings(options).items()))
+  if options.long_text == "windows":
+    settings["window_pooling"] = window_pooling
   return settings
+
+
+def feature_options(settings):
+  """The classifier_data.FeatureOptions of a classifier's model_settings.json."""
+  defaults = classifier_data.FeatureOptions()
+  return classifier_data.FeatureOptions(**{
+      field: settings.get(field, getattr(defaults, field)) for field in defaults._fields})
 
 
 def _read_utf8(path):
@@ -138,7 +155,8 @@ def read_settings(path, kinds=(CLASSIFIER_KIND,)):
 
 
 ModelFiles = collections.namedtuple(
-    "ModelFiles", ["vocab_file", "bert_config_file", "labels_file", "settings", "labels"])
+    "ModelFiles", ["vocab_file", "bert_config_file", "labels_file", "settings", "labels",
+                   "thresholds"], defaults=(None,))
 ModelFiles.__doc__ = """The checked files of a classifier or an NER model.
 
 Fields:
@@ -146,6 +164,8 @@ Fields:
   settings: the model_settings.json dict (classifier_settings(), ner_serving.ner_settings());
     settings["model"] is its kind.
   labels: the label list, in label-id order.
+  thresholds: a multi-label classifier's thresholds (float [labels], from the
+    thresholds.json beside labels.txt); None for other models.
 """
 
 
@@ -156,8 +176,22 @@ def model_files(vocab_file, bert_config_file, labels_file, settings):
     raise UsageError("%s: file not found: the label list of the model is missing; train "
                      "with %s --do_train, which writes it." %
                      (labels_file, kind_script(settings["model"])))
-  return ModelFiles(vocab_file, bert_config_file, labels_file, settings,
-                    KINDS[settings["model"]][3](labels_file))
+  labels = KINDS[settings["model"]][3](labels_file)
+  return ModelFiles(vocab_file, bert_config_file, labels_file, settings, labels,
+                    _thresholds(os.path.dirname(labels_file), settings, labels))
+
+
+def _thresholds(directory, settings, labels):
+  """A multi-label classifier's thresholds (multi_label.DEFAULT_THRESHOLD for a model saved
+  without thresholds.json, with a warning); None for other models."""
+  if not settings.get("multi_label"):
+    return None
+  thresholds = multi_label.read_thresholds(directory, labels)
+  if thresholds is None:
+    tf.logging.warning("%s has no %s: predicting every label with probability >= %s.",
+                       directory, multi_label.THRESHOLDS_FILE, multi_label.DEFAULT_THRESHOLD)
+    thresholds = np.full([len(labels)], multi_label.DEFAULT_THRESHOLD)
+  return thresholds
 
 
 def find_model_files(directory, advice, kinds=(CLASSIFIER_KIND,)):
@@ -258,10 +292,17 @@ def newest_version_dir(export_dir):
                    "--export_dir=%s --output_dir=<trained model>." % (export_dir, export_dir))
 
 
-def _serving_inputs(names=MODEL_INPUTS):
-  """int32 placeholders [batch, seq], both dimensions dynamic."""
+def _serving_inputs(names=MODEL_INPUTS, windowed=False):
+  """int32 placeholders [batch, seq] (windowed: [batch, windows, seq]), every dimension
+  dynamic."""
+  shape = [None, None, None] if windowed else [None, None]
   return collections.OrderedDict(
-      (name, tf.placeholder(tf.int32, [None, None], name=name)) for name in names)
+      (name, tf.placeholder(tf.int32, shape, name=name)) for name in names)
+
+
+def is_windowed(settings):
+  """Whether a model reads [batch, windows, seq] inputs (a --long_text=windows classifier)."""
+  return settings.get("long_text") == "windows"
 
 
 def checked_features(inputs, bert_config):
@@ -269,21 +310,43 @@ def checked_features(inputs, bert_config):
   position table (a clear error rather than a gather out of range)."""
   max_length = bert_config.max_position_embeddings
   check = tf.assert_less_equal(
-      tf.shape(inputs["input_ids"])[1], max_length,
+      tf.shape(inputs["input_ids"])[-1], max_length,
       message="sequences may have at most max_position_embeddings=%d tokens" % max_length)
   with tf.control_dependencies([check]):
     return {name: tf.identity(tensor) for name, tensor in inputs.items()}
 
 
-def _signature_outputs(model_fn, inputs, bert_config, labels):
+def _signature_outputs(model_fn, inputs, bert_config, files):
   """Builds the serving graph on `inputs`; returns the signature's output tensors."""
   features = checked_features(inputs, bert_config)
   probabilities = model_fn(features, False)["probabilities"]  # [batch, num_labels]
+  labels = files.labels
+  if files.thresholds is not None:
+    return _multi_label_outputs(probabilities, labels, files.thresholds,
+                                files.settings["label_separator"])
   label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)  # [batch]
   return collections.OrderedDict([
       ("probabilities", tf.identity(probabilities, name="probabilities")),
       ("label_id", tf.identity(label_id, name="label_id")),
       ("label", tf.gather(tf.constant(labels), label_id, name="label")),  # [batch] strings
+  ])
+
+
+def _multi_label_outputs(probabilities, labels, thresholds, separator):
+  """probabilities [batch, labels], predicted [batch, labels] int32 (1: the label reaches its
+  threshold), and label [batch]: the predicted labels joined by the separator."""
+  chosen = probabilities >= tf.constant(thresholds, tf.float32)  # [batch, labels]
+  # Each chosen label preceded by the separator, joined, then the first separator cut.
+  pieces = tf.where(chosen, tf.broadcast_to(tf.constant([separator + l for l in labels]),
+                                            tf.shape(chosen)),
+                    tf.fill(tf.shape(chosen), ""))
+  joined = tf.strings.reduce_join(pieces, axis=-1)  # [batch]
+  label = tf.strings.regex_replace(joined, "^" + re.escape(separator), "",
+                                   replace_global=False)
+  return collections.OrderedDict([
+      ("probabilities", tf.identity(probabilities, name="probabilities")),
+      ("predicted", tf.cast(chosen, tf.int32, name="predicted")),
+      ("label", tf.identity(label, name="label")),
   ])
 
 
@@ -367,7 +430,9 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
 
   The serving_default signature takes input_ids, input_mask and segment_ids, int32
   [batch, seq] with both dimensions dynamic, and returns probabilities [batch, num_labels],
-  label_id [batch] and label [batch] (the label name). assets.extra/ gets the model files.
+  label_id [batch] and label [batch] (the label name); a multi-label classifier's returns
+  probabilities, predicted [batch, num_labels] int32 and label [batch] (its predicted labels
+  joined by its separator). assets.extra/ gets the model files (and thresholds.json).
   The export is assembled in a temp directory and renamed, so a crash leaves no half export.
 
   Args:
@@ -385,7 +450,7 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
   """
   return export_saved_model(
       export_base, files, checkpoint,
-      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files.labels))
+      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files))
 
 
 def export_saved_model(export_base, files, checkpoint, build_outputs):
@@ -406,7 +471,7 @@ def export_saved_model(export_base, files, checkpoint, build_outputs):
   """
   graph = tf.Graph()
   with graph.as_default():
-    inputs = _serving_inputs()
+    inputs = _serving_inputs(windowed=is_windowed(files.settings))
     outputs = build_outputs(inputs)
     check_checkpoint_variables(checkpoint, files.labels_file, files.settings["model"])
   try:
@@ -421,6 +486,9 @@ def export_saved_model(export_base, files, checkpoint, build_outputs):
     os.mkdir(assets)
     save_model_files(assets, files.vocab_file, files.bert_config_file, files.settings)
     atomic_write_text(os.path.join(assets, LABELS_FILE), _read_utf8(files.labels_file))
+    if files.thresholds is not None:
+      multi_label.write_thresholds(assets, files.labels, files.thresholds,
+                                   "the thresholds of the exported model")
     return _claim_version_dir(export_base, temp_dir)
   except (OSError, tf.errors.OpError) as e:
     raise write_error(export_base, e)
@@ -474,21 +542,27 @@ def _check_tokens(arrays, row, pair):
     raise NoTokensError(row, "b")
 
 
-def featurize(tokenizer, max_seq_length, texts_a, texts_b=None):
-  """Tokenizes texts exactly as training did ([CLS] a [SEP] (b [SEP]), truncated).
+def featurize(tokenizer, max_seq_length, texts_a, texts_b=None,
+              options=classifier_data.FeatureOptions()):
+  """Tokenizes texts exactly as training did ([CLS] a [SEP] (b [SEP]), cut as
+  options.long_text says).
 
   Args:
     tokenizer: the model's FullTokenizer.
     max_seq_length: the length the model was trained with.
     texts_a: list of str.
     texts_b: list of str of the same length (sentence pairs), or None.
+    options: the model's classifier_data.FeatureOptions (feature_options(settings)).
 
   Returns:
-    Features.
+    Features; with --long_text=windows the arrays are [n, windows, max_seq_length], padded
+    to the most windows of a text with all-zero windows.
 
   Raises:
     NoTokensError: a text tokenizes to nothing (the first such one is named).
   """
+  if options.long_text == "windows":
+    return _featurize_windows(tokenizer, max_seq_length, texts_a, texts_b, options)
   arrays = {name: np.zeros([len(texts_a), max_seq_length], np.int32)
             for name in MODEL_INPUTS}
   truncated = np.zeros([len(texts_a)], np.bool_)
@@ -497,11 +571,33 @@ def featurize(tokenizer, max_seq_length, texts_a, texts_b=None):
         guid=row, text_a=text_a, text_b=texts_b[row] if texts_b is not None else None)
     # The training code's own conversion, which also says whether it truncated.
     features, truncated[row] = classifier_data.convert_example_counting_truncation(
-        example, {}, max_seq_length, tokenizer)
+        example, {}, max_seq_length, tokenizer, options)
     arrays["input_ids"][row] = features.input_ids
     arrays["input_mask"][row] = features.input_mask
     arrays["segment_ids"][row] = features.segment_ids
     _check_tokens(arrays, row, texts_b is not None)
+  return Features(arrays, truncated)
+
+
+def _featurize_windows(tokenizer, max_seq_length, texts_a, texts_b, options):
+  """featurize() of a --long_text=windows classifier: the windows of training's featurizing."""
+  documents = []
+  for row, text_a in enumerate(texts_a):
+    tokens_b = tokenizer.tokenize(texts_b[row]) if texts_b is not None else None
+    documents.append(long_text.document_windows(
+        tokenizer.tokenize(text_a), tokens_b, max_seq_length, options.doc_stride,
+        options.max_windows, tokenizer.convert_tokens_to_ids))
+  most_windows = max([len(document.input_ids) for document in documents] + [1])
+  arrays = {name: np.zeros([len(texts_a), most_windows, max_seq_length], np.int32)
+            for name in MODEL_INPUTS}
+  truncated = np.zeros([len(texts_a)], np.bool_)
+  for row, document in enumerate(documents):
+    for name in MODEL_INPUTS:
+      arrays[name][row, :len(document.input_ids)] = getattr(document, name)
+    truncated[row] = bool(document.windows_cut or document.text_b_cut)
+    # The first window holds the start of both texts: an empty one shows there.
+    _check_tokens({name: arrays[name][:, 0] for name in MODEL_INPUTS}, row,
+                  texts_b is not None)
   return Features(arrays, truncated)
 
 
@@ -606,7 +702,7 @@ class Predictor(object):
     self.length_multiple = devices.length_multiple
     graph = tf.Graph()
     with graph.as_default():
-      self._inputs = _serving_inputs(input_names)
+      self._inputs = _serving_inputs(input_names, is_windowed(model.files.settings))
       self._output_name = output_name
       self._output = multigpu.build_inference(
           plan, model_fn, dict(self._inputs), self.global_batch_size,
@@ -619,7 +715,8 @@ class Predictor(object):
       saver.restore(self._session, model.checkpoint)
 
   def featurize(self, texts_a, texts_b=None):
-    return featurize(self.model.tokenizer, self.max_seq_length, texts_a, texts_b)
+    return featurize(self.model.tokenizer, self.max_seq_length, texts_a, texts_b,
+                     feature_options(self.model.files.settings))
 
   def predict(self, features):
     """Class probabilities (or the chosen output) of featurized texts.
@@ -631,22 +728,37 @@ class Predictor(object):
       np.float32 [n, num_labels], in input order, columns in label-list order (another
       output: its rows, in input order).
     """
-    lengths = features.arrays["input_mask"].sum(axis=1)  # [n]
+    mask = features.arrays["input_mask"]
+    # [n] or, windowed, [n, windows]: the tokens of each text (window).
+    window_lengths = mask.sum(axis=-1)
+    lengths = window_lengths.reshape([len(mask), -1]).sum(axis=1)  # [n]
     order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths batch together
     result = None
     if self._output_name == "probabilities":
       result = np.zeros([len(lengths), len(self.labels)], np.float32)
     for start in range(0, len(order), self.global_batch_size):
       rows = order[start:start + self.global_batch_size]
-      longest = tfrecord_io.padded_length(int(lengths[rows].max()), self.length_multiple,
-                                          self.max_seq_length)
-      feed = {placeholder: features.arrays[name][rows, :longest]
+      longest = tfrecord_io.padded_length(int(window_lengths[rows].max()),
+                                          self.length_multiple, self.max_seq_length)
+      # Windowed: also cut to the batch's most windows (padded windows come last).
+      cut = ((slice(None, int((window_lengths[rows] > 0).sum(axis=1).max())),)
+             if mask.ndim == 3 else ())
+      feed = {placeholder: features.arrays[name][(rows,) + cut + (slice(None, longest),)]
               for name, placeholder in self._inputs.items()}
       values = self._session.run(self._output, feed)
       if result is None:
         result = np.zeros((len(lengths),) + values.shape[1:], values.dtype)
       result[rows] = values
     return result
+
+  def predicted_labels(self, probabilities):
+    """Per row of predict()'s probabilities: the most probable label, or, for a multi-label
+    classifier, the list of labels that reach their thresholds."""
+    thresholds = self.model.files.thresholds
+    if thresholds is None:
+      return [self.labels[int(row.argmax())] for row in probabilities]
+    chosen = multi_label.predicted_sets(probabilities, thresholds)
+    return [[label for label, keep in zip(self.labels, row) if keep] for row in chosen]
 
   def close(self):
     self._session.close()

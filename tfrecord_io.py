@@ -65,30 +65,86 @@ def padded_length(longest, length_multiple, max_length):
   return min(-(-longest // length_multiple) * length_multiple, max_length)
 
 
+# Windowed records (a long text cut into windows, long_text.document_windows): each
+# SEQUENCE_FEATURE holds the document's windows concatenated, NUM_WINDOWS their number.
+NUM_WINDOWS = "num_windows"
+
+
+def windowed_features(windows):
+  """The features of one document's windows, for a windowed record.
+
+  Args:
+    windows: dict name -> list [windows][seq] of int, e.g. the input_ids, input_mask and
+      segment_ids of a long_text.DocumentWindows; every name has the same windows.
+
+  Returns:
+    dict name -> tf.train.Feature: each name's windows as one flat int64 list
+    [windows * seq], and NUM_WINDOWS: [windows].
+  """
+  counts = set(len(rows) for rows in windows.values())
+  if len(counts) != 1:
+    raise ValueError("the features have different window counts: %s" % sorted(counts))
+  features = {name: int64_feature([value for row in rows for value in row])
+              for name, rows in windows.items()}
+  features[NUM_WINDOWS] = int64_feature([counts.pop()])
+  return features
+
+
+def windowed_feature_spec(feature_spec):
+  """The spec that reads windowed records, from the spec of one-window records.
+
+  Args:
+    feature_spec: dict name -> tf.FixedLenFeature of unwindowed records; the
+      SEQUENCE_FEATURES among them are [seq].
+
+  Returns:
+    The dict with each SEQUENCE_FEATURE read as [windows, seq] (the flat list cut into
+    rows of seq) and NUM_WINDOWS added ([]). make_dataset pads each batch of such records
+    to its most windows; padded windows are all zero (input_mask 0).
+  """
+  spec = dict(feature_spec)
+  for name in SEQUENCE_FEATURES:
+    if name in spec:
+      spec[name] = tf.FixedLenSequenceFeature(spec[name].shape, spec[name].dtype,
+                                              allow_missing=True)
+  spec[NUM_WINDOWS] = tf.FixedLenFeature([], tf.int64)
+  return spec
+
+
 def trim_to_longest(features, length_multiple=1):
   """Cuts a batch's token-position features to its longest example.
 
   BERT's attention mask gives padding positions a zero weight, so the real tokens'
   outputs do not change (up to float rounding); only the compute spent on padding goes.
+  Windowed features ([batch, windows, seq], see windowed_feature_spec) are cut on the seq
+  axis to the batch's longest real window, and on the windows axis to its largest number
+  of real windows.
 
   Args:
     features: dict name -> Tensor; input_ids, input_mask and segment_ids are
-      [batch, max_seq_length] with input_mask 1 on real tokens.
+      [batch, max_seq_length] (or [batch, windows, max_seq_length]) with input_mask 1 on
+      real tokens.
     length_multiple: round the length up to a multiple of this (XLA compiles one program
       per shape: a few lengths instead of one per length).
 
   Returns:
-    The dict with the SEQUENCE_FEATURES cut to [batch, length], length <= max_seq_length.
+    The dict with the SEQUENCE_FEATURES cut to [batch, length] (or
+    [batch, real windows, length]), length <= max_seq_length.
   """
-  mask = features["input_mask"]
-  max_length = tf.shape(mask)[1]
-  longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
+  mask = tf.cast(features["input_mask"], tf.int32)
+  max_length = tf.shape(mask)[-1]
+  longest = tf.reduce_max(tf.reduce_sum(mask, axis=-1))
   length = (tf.maximum(longest, 1) + length_multiple - 1) // length_multiple * length_multiple
   length = tf.minimum(length, max_length)
+  windowed = mask.shape.ndims == 3
+  if windowed:  # real windows come first, padded ones are all zero
+    real_windows = tf.reduce_sum(tf.reduce_max(mask, axis=-1), axis=1)  # [batch]
+    windows = tf.maximum(tf.reduce_max(real_windows), 1)
   trimmed = dict(features)
   for name in SEQUENCE_FEATURES:
     if name in features:
-      trimmed[name] = features[name][:, :length]
+      trimmed[name] = (features[name][:, :windows, :length] if windowed else
+                       features[name][:, :length])
   return trimmed
 
 
@@ -103,6 +159,14 @@ def _decode(records, feature_spec):
                      num_parallel_calls=4)
 
 
+def _batch(examples, batch_size, drop_remainder):
+  """Batches parsed examples; windowed ones are zero-padded to the batch's most windows."""
+  shapes = tf.data.get_output_shapes(examples)
+  if all(shape.is_fully_defined() for shape in shapes.values()):
+    return examples.batch(batch_size, drop_remainder=drop_remainder)
+  return examples.padded_batch(batch_size, shapes, drop_remainder=drop_remainder)
+
+
 def _sort_chunk_into_batches(chunk, chunk_index, seed, group_batches, batch_size):
   """Cuts one chunk of examples into `group_batches` batches of similar length.
 
@@ -114,7 +178,8 @@ def _sort_chunk_into_batches(chunk, chunk_index, seed, group_batches, batch_size
   Returns:
     dict name -> tensor [group_batches, batch_size, ...].
   """
-  lengths = tf.reduce_sum(tf.cast(chunk["input_mask"], tf.int32), axis=1)
+  mask = tf.cast(chunk["input_mask"], tf.int32)  # [chunk, seq] or [chunk, windows, seq]
+  lengths = tf.reduce_sum(tf.reshape(mask, [tf.shape(mask)[0], -1]), axis=1)
   by_length = tf.reshape(tf.argsort(lengths, stable=True), [group_batches, batch_size])
   keys = tf.random.stateless_uniform([group_batches, batch_size + 1],
                                      seed=tf.stack([tf.constant(seed, tf.int64), chunk_index]))
@@ -138,13 +203,15 @@ def group_into_length_batches(records, feature_spec, batch_size, group_batches, 
 
   Args:
     records: a dataset of serialized examples, shuffled and repeated.
-    feature_spec: dict name -> tf.FixedLenFeature, with "input_mask".
+    feature_spec: dict name -> tf.FixedLenFeature, with "input_mask" (or a
+      windowed_feature_spec: lengths are a document's tokens over all its windows).
     batch_size, group_batches: the global batch size, and batches per chunk.
     seed: the seed of the batches' order (None: 0; the stream's shuffle has its own).
     skip_batches: batches to skip, an int or an int64 scalar tensor.
 
   Returns:
-    A dataset of dicts name -> tensor [batch_size, ...], padded to the records' length.
+    A dataset of dicts name -> tensor [batch_size, ...], padded to the records' length
+    (windowed: to the chunk's most windows; trim_to_longest cuts them to the batch's).
   """
   if "input_mask" not in feature_spec:
     raise ValueError("group_by_length needs an input_mask feature to measure lengths")
@@ -152,7 +219,7 @@ def group_into_length_batches(records, feature_spec, batch_size, group_batches, 
   first_chunk = skip_batches // group_batches
   chunk_size = group_batches * batch_size
   chunks = _decode(records.skip(first_chunk * chunk_size), feature_spec)
-  chunks = chunks.batch(chunk_size, drop_remainder=True)
+  chunks = _batch(chunks, chunk_size, drop_remainder=True)
   chunks = tf.data.Dataset.zip((tf.data.Dataset.range(first_chunk, 2 ** 62), chunks))
   seed = 0 if seed is None else seed
   batches = chunks.flat_map(lambda index, chunk: tf.data.Dataset.from_tensor_slices(
@@ -171,8 +238,10 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
 
   Args:
     input_files: list of TFRecord paths.
-    feature_spec: dict name -> tf.FixedLenFeature.
-    global_batch_size: examples per step over all towers.
+    feature_spec: dict name -> tf.FixedLenFeature; or windowed_feature_spec(...) for
+      windowed records: the token features come as [batch, windows, seq], each batch
+      padded to its most windows with all-zero windows.
+    global_batch_size: examples (documents) per step over all towers.
     is_training: True: repeat forever, reshuffle every epoch with `seed`, drop the last partial
       batch. False: one pass in file order; the last batch may be partial.
     seed: shuffle seed.
@@ -201,7 +270,7 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
     if is_training and (isinstance(skip_batches, tf.Tensor) or skip_batches):
       dataset = dataset.skip(tf.cast(skip_batches, tf.int64) * global_batch_size)
     dataset = _decode(dataset, feature_spec)
-    dataset = dataset.batch(global_batch_size, drop_remainder=is_training)
+    dataset = _batch(dataset, global_batch_size, drop_remainder=is_training)
   if length_multiple:
     dataset = dataset.map(lambda batch: trim_to_longest(batch, length_multiple))
   return dataset.prefetch(2)

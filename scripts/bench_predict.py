@@ -369,8 +369,7 @@ def bench_padding(args, model):
   tf.logging.set_verbosity(tf.logging.WARN)
   loaded = serving.load_export(model["export_dir"])
   predictor = serving.Predictor(
-      loaded, run_classifier_mgpu.create_model_fn(loaded.bert_config,
-                                                  len(loaded.files.labels)),
+      loaded, run_classifier_mgpu.model_fn_of(loaded.files, loaded.bert_config),
       run_settings.DeviceSettings().check(), args.batch_size)
   features = predictor.featurize(model["texts"])
   lengths = features.arrays["input_mask"].sum(axis=1)

@@ -20,6 +20,7 @@ measures what splitting costs, not a speed-up. docs/PERFORMANCE.md records the f
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -89,41 +90,74 @@ def synthetic_examples(task, config, count, max_seq_length, distribution, seed=1
 
 
 # Where a step's time goes: op categories, by op type and name scope (docs/PERFORMANCE.md).
+# The first category that matches counts an op. Matmuls are found by op type, whatever
+# rewrite made them: MatMul, BatchMatMulV2, Grappler's _FusedMatMul, oneDNN's _MklMatMul,
+# _MklFusedMatMul and _MklNativeFusedMatMul (TF 2.x fuses MatMul+BiasAdd into it), Einsum.
 PROFILE_CATEGORIES = (
     ("input pipeline", lambda name, op: op in ("IteratorGetNext", "IteratorV2") or
      name.startswith("IteratorGetNext")),
     ("optimizer update", lambda name, op: "apply_gradients" in name or "AdamWeightDecay" in name
      or "LAMB" in name or "RAdam" in name),
     ("gradient averaging", lambda name, op: name.startswith("average_towers")),
-    ("attention softmax and mask", lambda name, op: op in ("Softmax", "SoftmaxGrad") or
-     "/attention/self/" in name and op in ("Mul", "AddV2", "Add", "Sub", "Cast", "Transpose",
-                                           "Reshape")),
-    ("matmuls", lambda name, op: op in ("MatMul", "BatchMatMulV2", "BatchMatMul",
-                                        "_MklMatMul", "_MklBatchMatMulV2", "_FusedMatMul",
-                                        "_MklFusedMatMul", "Einsum")),
-    ("layer norm", lambda name, op: "LayerNorm" in name),
-    ("gelu and other elementwise", lambda name, op: True),
+    ("matmuls", lambda name, op: "MatMul" in op or op == "Einsum"),
+    ("attention softmax and mask", lambda name, op: "Softmax" in op or
+     "/attention/self/" in name and "dropout" not in name and
+     op in ("Mul", "AddV2", "Add", "Sub", "Cast", "Transpose", "Reshape")),
+    ("layer norm", lambda name, op: "LayerNorm" in name or "LayerNorm" in op),
+    ("dropout", lambda name, op: "dropout" in name),
+    ("bias adds", lambda name, op: op in ("BiasAdd", "BiasAddGrad", "BiasAddV1")),
+    ("gelu", lambda name, op: "/intermediate/" in name),
+    ("casts", lambda name, op: op == "Cast"),
+    ("other elementwise", lambda name, op: True),
 )
+# Op types made by Grappler's remapper or oneDNN's rewrites (the fusions a dump shows).
+FUSED_OP_PATTERN = re.compile(r"^_|Fused")
 
 
-def profile_step(sess, fetches, steps=3):
-  """Runs `steps` traced steps; returns {category: share of the summed op time}."""
+def _node_op_type(node):
+  label = node.timeline_label  # "name = OpType(inputs)"
+  return label.split(" = ", 1)[1].split("(")[0] if " = " in label else ""
+
+
+def profile_step(sess, fetches, steps=3, top_ops=12):
+  """Runs `steps` traced steps.
+
+  Returns:
+    {"categories": {category: share of the summed op time}, "ops": the `top_ops` op types
+    with the most time, {op: [share, calls per step]}, "fused_ops": {op: count} of the
+    rewritten op types in the graph that ran (after Grappler), "summed_op_ms": summed op
+    time per step}.
+  """
   totals = dict((category, 0.0) for category, _ in PROFILE_CATEGORIES)
-  for _ in range(steps):
+  by_op, calls, fused = {}, {}, {}
+  for step in range(steps):
     metadata = tf.RunMetadata()
-    sess.run(fetches, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE),
+    sess.run(fetches, options=tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE,
+                                            output_partition_graphs=step == 0),
              run_metadata=metadata)
+    for graph in metadata.partition_graphs:
+      for node in graph.node:
+        if FUSED_OP_PATTERN.search(node.op):
+          fused[node.op] = fused.get(node.op, 0) + 1
     for device in metadata.step_stats.dev_stats:
       for node in device.node_stats:
         name = node.node_name.split(":")[0]
-        label = node.timeline_label  # "name = OpType(inputs)"
-        op = label.split(" = ", 1)[1].split("(")[0] if " = " in label else ""
+        op = _node_op_type(node)
+        by_op[op] = by_op.get(op, 0.0) + node.all_end_rel_micros
+        calls[op] = calls.get(op, 0) + 1
         for category, matches in PROFILE_CATEGORIES:
           if matches(name, op):
             totals[category] += node.all_end_rel_micros
             break
   total = sum(totals.values()) or 1.0
-  return dict((category, round(value / total, 3)) for category, value in totals.items())
+  top = sorted(by_op, key=by_op.get, reverse=True)[:top_ops]
+  return {
+      "categories": dict((category, round(value / total, 3))
+                         for category, value in totals.items()),
+      "ops": dict((op, [round(by_op[op] / total, 3), calls[op] // steps]) for op in top),
+      "fused_ops": fused,
+      "summed_op_ms": round(total / 1000.0 / steps, 1),
+  }
 
 
 def model_fn_for(task, config):

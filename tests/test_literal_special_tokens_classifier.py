@@ -29,7 +29,8 @@ def test_the_setting_changes_the_cache_key_only_when_set(tmp_path):
   vocab, _ = write_model_files(str(tmp_path), [text for _, text in ROWS])
   data = write_text(str(tmp_path / "train.tsv"), tsv(ROWS))
   key = lambda **flag: classifier_data.features_cache_key(  # pylint: disable=g-long-lambda
-      "train", [data], [u"坏", u"好"], 16, vocab, True, "tsv", **flag)
+      "train", [data], [u"坏", u"好"], 16, vocab, True, "tsv",
+      options=classifier_data.FeatureOptions(**flag))
   assert key() == key(literal_special_tokens=False)
   assert key() != key(literal_special_tokens=True)
 

@@ -70,7 +70,8 @@ def test_an_installed_copy_imports_every_script_from_another_directory(tmp_path)
 def test_data_modules_import_without_the_training_stack():
   code = ("import sys\n"
           "import classifier_data, squad_data, text_files, tfrecord_io, "
-          "create_pretraining_data, errors, output_files, processes, ner_data, ner_scoring\n"
+          "create_pretraining_data, errors, output_files, processes, ner_data, ner_scoring, "
+          "long_text\n"
           "print(sorted(m for m in ('multigpu', 'cluster', 'runner', 'peers', 'run_settings', "
           "'command_line') if m in sys.modules))\n")
   result = subprocess.run([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,

@@ -303,6 +303,9 @@ class StubPredictor(object):
               for name in ("input_ids", "input_mask", "segment_ids")}
     return serving.Features(arrays, np.zeros([len(texts_a)], np.bool_))
 
+  def predicted_labels(self, probabilities):
+    return [self.labels[int(row.argmax())] for row in probabilities]
+
 
 class LocalServer(object):
   """predict_text's server on 127.0.0.1 in a thread; predictions wait for `gate`."""

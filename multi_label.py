@@ -1,0 +1,178 @@
+# coding=utf-8
+"""Multi-label classification outside the graph: thresholds, scoring and thresholds.json.
+
+Each label has its own sigmoid (run_classifier_mgpu.py's multi-label head); a label is
+predicted when its probability reaches its threshold. --multi_label_threshold is one
+threshold for every label, or `tuned`: per label, the threshold that maximizes that label's
+F1 on the dev set. The thresholds a model uses are kept in output_dir/thresholds.json
+(docs/FORMATS.md), which prediction, export and predict_text.py read.
+"""
+
+import json
+import os
+
+import numpy as np
+
+import classifier_metrics
+from errors import UsageError
+from output_files import atomic_write_text
+
+THRESHOLDS_FILE = "thresholds.json"
+TUNED = "tuned"
+DEFAULT_THRESHOLD = 0.5
+
+
+def parse_threshold(value):
+  """--multi_label_threshold as a float in (0, 1), or TUNED. Raises UsageError."""
+  text = str(value).strip().lower()
+  if text == TUNED:
+    return TUNED
+  try:
+    threshold = float(text)
+  except ValueError:
+    threshold = None
+  if threshold is None or not 0.0 < threshold < 1.0:
+    raise UsageError("--multi_label_threshold=%s: give a probability between 0 and 1 "
+                     "(e.g. 0.5), or `tuned` to choose each label's threshold on dev" % value)
+  return threshold
+
+
+def tune_thresholds(probabilities, gold):
+  """Per label, the threshold that maximizes its F1 on these examples.
+
+  The threshold lies halfway between the lowest probability predicted positive and the
+  highest one left out, so it does not sit on a dev example. A label without positive
+  examples keeps DEFAULT_THRESHOLD (no threshold gives it an F1 above zero).
+
+  Args:
+    probabilities: float [examples, labels].
+    gold: 0/1 [examples, labels].
+
+  Returns:
+    float64 [labels].
+  """
+  probabilities = np.asarray(probabilities, np.float64)
+  gold = np.asarray(gold) > 0
+  thresholds = np.full([probabilities.shape[1]], DEFAULT_THRESHOLD)
+  for label in range(probabilities.shape[1]):
+    positives = gold[:, label].sum()
+    if positives == 0:
+      continue
+    order = np.argsort(-probabilities[:, label], kind="stable")
+    ranked = probabilities[order, label]  # [examples], descending
+    true_positives = np.cumsum(gold[order, label])  # predicting the top k, k = 1..n
+    predicted = np.arange(1, len(ranked) + 1)
+    f1 = 2.0 * true_positives / (predicted + positives)
+    # Only cuts between distinct probabilities can be made by a threshold.
+    cuttable = np.append(ranked[1:] < ranked[:-1], True)
+    best = int(np.argmax(np.where(cuttable, f1, -1.0)))
+    below = ranked[best + 1] if best + 1 < len(ranked) else 0.0
+    thresholds[label] = (ranked[best] + below) / 2.0
+  return thresholds
+
+
+def predicted_sets(probabilities, thresholds):
+  """bool [examples, labels]: each label whose probability reaches its threshold."""
+  return np.asarray(probabilities) >= np.asarray(thresholds)[None, :]
+
+
+def label_string(row, label_list, separator):
+  """The predicted labels of one example (a bool row) joined by the separator."""
+  return separator.join(label for label, chosen in zip(label_list, row) if chosen)
+
+
+def multi_label_metrics(outputs, label_list, thresholds):
+  """Exact-set accuracy, micro- and macro-F1, loss and the per-label report.
+
+  Args:
+    outputs: per-example eval outputs: probabilities [n, labels], label_ids [n, labels]
+      (multi-hot), per_example_loss [n].
+    label_list: the labels.
+    thresholds: float [labels].
+
+  Returns:
+    (metrics dict, report dict).
+  """
+  gold = np.asarray(outputs["label_ids"]) > 0
+  predicted = predicted_sets(outputs["probabilities"], thresholds)
+  true_positives = (gold & predicted).sum(axis=0)  # [labels]
+  predicted_counts = predicted.sum(axis=0)
+  support = gold.sum(axis=0)
+  precision, recall, f1, macro_f1 = classifier_metrics.per_class_scores(
+      true_positives, predicted_counts, support)
+  counted = predicted_counts.sum() + support.sum()
+  micro_f1 = 2.0 * true_positives.sum() / counted if counted else 0.0
+  exact_match = float(np.mean(np.all(gold == predicted, axis=1))) if len(gold) else 0.0
+  loss = float(np.mean(outputs["per_example_loss"]))
+  metrics = {
+      "eval_accuracy": exact_match,
+      "exact_match": exact_match,
+      "micro_f1": float(micro_f1),
+      "macro_f1": macro_f1,
+      "eval_loss": loss,
+      "loss": loss,
+  }
+  report = {
+      "labels": list(label_list),
+      "per_label": {label: {"precision": float(precision[i]), "recall": float(recall[i]),
+                            "f1": float(f1[i]), "support": int(support[i]),
+                            "predicted": int(predicted_counts[i]),
+                            "threshold": float(thresholds[i])}
+                    for i, label in enumerate(label_list)},
+      "num_examples": int(len(gold)),
+  }
+  return metrics, report
+
+
+def format_eval_report(metrics, report):
+  """eval_report.txt of a multi-label run: the figures per label."""
+  labels = report["labels"]
+  width = max([classifier_metrics.display_width(label) for label in labels] + [8])
+  lines = ["examples: %d   exact match: %.4f   micro-F1: %.4f   macro-F1: %.4f   loss: %.4f"
+           % (report["num_examples"], metrics["exact_match"], metrics["micro_f1"],
+              metrics["macro_f1"], metrics["eval_loss"]), ""]
+  lines.append("%s  %9s  %9s  %9s  %7s  %9s  %9s" % (
+      classifier_metrics.pad("label", width), "precision", "recall", "f1", "support",
+      "predicted", "threshold"))
+  for label in labels:
+    row = report["per_label"][label]
+    lines.append("%s  %9.4f  %9.4f  %9.4f  %7d  %9d  %9.4f" % (
+        classifier_metrics.pad(label, width), row["precision"], row["recall"], row["f1"],
+        row["support"], row["predicted"], row["threshold"]))
+  return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# thresholds.json
+# ---------------------------------------------------------------------------
+
+def write_thresholds(directory, label_list, thresholds, source):
+  """Writes directory/thresholds.json: {"labels", "thresholds", "source"}."""
+  content = {"labels": list(label_list), "thresholds": [float(t) for t in thresholds],
+             "source": source}
+  atomic_write_text(os.path.join(directory, THRESHOLDS_FILE),
+                    json.dumps(content, ensure_ascii=False, indent=2) + "\n")
+
+
+def read_thresholds(directory, label_list):
+  """The thresholds of directory/thresholds.json, in label_list order, or None when the file
+  does not exist.
+
+  Raises:
+    UsageError: the file is unreadable or made for other labels.
+  """
+  path = os.path.join(directory, THRESHOLDS_FILE)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path, "r", encoding="utf-8") as f:
+      content = json.load(f)
+    thresholds = dict(zip(content["labels"], content["thresholds"]))
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise UsageError("%s: cannot read the thresholds (%s); delete it and evaluate again "
+                     "with --do_eval" % (path, e))
+  missing = [label for label in label_list if label not in thresholds]
+  if missing:
+    raise UsageError("%s has no threshold for label %r (it was written for other labels); "
+                     "delete it and evaluate again with --do_eval" % (path, missing[0]))
+  return np.array([float(thresholds[label]) for label in label_list])
