@@ -123,9 +123,6 @@ class InputFeatures(object):
     self.is_real_example = is_real_example
 
 
-# --long_text: what is done with a text longer than max_seq_length.
-LONG_TEXT_MODES = ("truncate", "head_tail", "windows")
-
 FeatureOptions = collections.namedtuple(
     "FeatureOptions", ["literal_special_tokens", "multi_label", "label_separator",
                        "long_text", "head_tokens", "doc_stride", "max_windows"],
@@ -1116,6 +1113,25 @@ def resolve_label_list(processor, data_dir, output_dir, do_train):
                        "--label_separator or rename the label" % (_quote(label),
                                                                   _quote(separator)))
   return labels
+
+
+def read_splits(processor, data_dir, output_dir, splits):
+  """Reads and checks the splits a run uses, before anything is trained or written.
+
+  Args:
+    processor: the task's DataProcessor.
+    data_dir, output_dir: as for resolve_label_list.
+    splits: the split names to read ("train", "dev", "test"); with "train" the label list
+      comes from the data, else from output_dir/labels.txt when it exists.
+
+  Returns:
+    (dict split -> list of InputExample, the label list).
+  """
+  examples = {split: processor.get_examples(data_dir, split) for split in splits}
+  label_list = resolve_label_list(processor, data_dir, output_dir, "train" in splits)
+  for split_examples in examples.values():
+    check_labels(split_examples, label_list)
+  return examples, label_list
 
 
 def _make_dirs(directory):

@@ -10,6 +10,8 @@ import collections
 
 import tensorflow.compat.v1 as tf
 
+from errors import UsageError
+import modeling
 import sequence_windows
 
 
@@ -122,6 +124,66 @@ def document_windows(tokens_a, tokens_b, max_seq_length, doc_stride, max_windows
     windows.input_mask.append([1] * (len(a_part) + len(b_part)) + padding)
     windows.segment_ids.append([0] * len(a_part) + [1] * len(b_part) + padding)
   return windows
+
+
+# --long_text: what is done with a text longer than max_seq_length.
+MODES = ("truncate", "head_tail", "windows")
+
+
+def define_flags(flags):
+  """run_classifier_mgpu.py's --long_text flags (`flags`: tf.flags)."""
+  flags.DEFINE_enum("long_text", "truncate", list(MODES),
+                    "A text longer than max_seq_length: truncate (cut its end, Google's), "
+                    "head_tail (keep --head_tokens from its start and the rest from its end), or "
+                    "windows (read it whole: windows --doc_stride apart, their pooled vectors "
+                    "combined by --window_pooling, one prediction per text).")
+  flags.DEFINE_integer("head_tokens", None, "With --long_text=head_tail: tokens kept from the "
+                       "start of a long text (default: a quarter of the room).")
+  flags.DEFINE_integer("doc_stride", 64, "With --long_text=windows: tokens between the starts "
+                       "of a long text's windows.")
+  flags.DEFINE_integer("max_windows", 8, "With --long_text=windows: the most windows read per "
+                       "text; text past them is left out and counted in the log.")
+  flags.DEFINE_enum("window_pooling", "max", ["max", "mean"], "With --long_text=windows: how "
+                    "the windows' pooled vectors are combined into the text's.")
+
+
+def check_options(options, max_seq_length):
+  """The --long_text settings' checks (classifier_data.FeatureOptions), before anything is
+  written. Raises UsageError."""
+  if options.long_text == "head_tail" and options.head_tokens is not None and not (
+      0 <= options.head_tokens <= max_seq_length - 2):
+    raise UsageError("--head_tokens=%d: use 0 to max_seq_length - 2 = %d tokens from the "
+                     "start." % (options.head_tokens, max_seq_length - 2))
+  if options.long_text == "windows":
+    for name in ("doc_stride", "max_windows"):
+      if getattr(options, name) < 1:
+        raise UsageError("--%s=%d: it must be at least 1." % (name, getattr(options, name)))
+    if max_seq_length < 5:
+      raise UsageError("--long_text=windows needs --max_seq_length of at least 5.")
+
+
+def pooled_output_of_windows(bert_config, features, is_training, mode):
+  """BERT's pooled output of every window, combined per document by pool_windows.
+
+  Args:
+    bert_config: modeling.BertConfig.
+    features: input_ids, input_mask, segment_ids [batch, windows, seq].
+    is_training: as for modeling.BertModel.
+    mode: "max" or "mean".
+
+  Returns:
+    [batch, hidden].
+  """
+  shape = tf.shape(features["input_ids"])  # [batch, windows, seq]
+  flat = {name: tf.reshape(features[name], [-1, shape[2]])  # [batch * windows, seq]
+          for name in ("input_ids", "input_mask", "segment_ids")}
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training, input_ids=flat["input_ids"],
+      input_mask=flat["input_mask"], token_type_ids=flat["segment_ids"])
+  pooled = tf.reshape(model.get_pooled_output(),
+                      [shape[0], shape[1], bert_config.hidden_size])
+  window_mask = tf.reduce_max(features["input_mask"], axis=-1)  # [batch, windows]
+  return pool_windows(pooled, window_mask, mode)
 
 
 def pool_windows(pooled, window_mask, mode):

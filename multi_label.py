@@ -9,6 +9,7 @@ F1 on the dev set. The thresholds a model uses are kept in output_dir/thresholds
 """
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -17,9 +18,102 @@ import classifier_metrics
 from errors import UsageError
 from output_files import atomic_write_text
 
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
+_LOGGER = logging.getLogger("tensorflow")
+
 THRESHOLDS_FILE = "thresholds.json"
 TUNED = "tuned"
 DEFAULT_THRESHOLD = 0.5
+
+
+def define_flags(flags):
+  """run_classifier_mgpu.py's --multi_label flags (`flags`: tf.flags)."""
+  flags.DEFINE_bool("multi_label", False, "Each example has zero or more labels (tsv, csv, "
+                    "jsonl): one sigmoid per label instead of a softmax over one.")
+  flags.DEFINE_string("label_separator", ",", "With --multi_label: the separator between an "
+                      "example's labels in the label field (jsonl also takes a JSON list).")
+  flags.DEFINE_string("multi_label_threshold", "0.5", "With --multi_label: the probability at "
+                      "which a label is predicted, or `tuned`: per label, the threshold with "
+                      "the best F1 on dev. Saved to output_dir/thresholds.json, which later "
+                      "runs, export and predict_text.py use unless this flag is given.")
+
+
+class ThresholdChoice(object):
+  """How a multi-label run picks its thresholds.
+
+  `tuned`: chosen on the dev outputs when there are some, else the model's thresholds.json.
+  A number: that threshold for every label, except that a run that does not train and is
+  not given --multi_label_threshold keeps the model's thresholds.json when it has one.
+  """
+
+  def __init__(self, flag_value, flag_given, do_train, output_dir):
+    """Args:
+      flag_value: --multi_label_threshold (a number, or `tuned`).
+      flag_given: whether the command line set it.
+      do_train: whether the run trains.
+      output_dir: the model directory (thresholds.json).
+    """
+    self.flag_value = flag_value
+    self.setting = parse_threshold(flag_value)
+    self.use_saved = self.setting == TUNED or not (do_train or flag_given)
+    self.do_train = do_train
+    self.output_dir = output_dir
+
+  def check(self, do_eval):
+    """Raises UsageError when `tuned` has neither a dev set nor a saved thresholds.json."""
+    saved = os.path.join(self.output_dir, THRESHOLDS_FILE)
+    if self.setting == TUNED and not do_eval and (self.do_train or not os.path.isfile(saved)):
+      raise UsageError("--multi_label_threshold=tuned chooses the thresholds on dev: add "
+                       "--do_eval%s." % ("" if self.do_train else
+                                         " (%s does not exist yet)" % saved))
+
+  def choose(self, dev_outputs, label_list):
+    """(float [labels], where they come from: a description for the file and the log)."""
+    if self.setting == TUNED and dev_outputs is not None:
+      return (tune_thresholds(dev_outputs["probabilities"], dev_outputs["label_ids"]),
+              "tuned on dev (%d examples)" % len(dev_outputs["probabilities"]))
+    if self.use_saved:
+      saved = read_thresholds(self.output_dir, label_list)
+      if saved is not None:
+        return saved, THRESHOLDS_FILE
+    return (np.full([len(label_list)], self.setting),
+            "--multi_label_threshold=%s" % self.flag_value)
+
+  def save(self, dev_outputs, label_list):
+    """choose(), written to output_dir/thresholds.json unless read from it, and logged."""
+    thresholds, source = self.choose(dev_outputs, label_list)
+    if source != THRESHOLDS_FILE:
+      write_thresholds(self.output_dir, label_list, thresholds, source)
+    _LOGGER.info("Multi-label thresholds (%s): %s", source, ", ".join(
+        "%s %.3f" % pair for pair in zip(label_list, thresholds)))
+    return thresholds
+
+
+def check_head(checkpoint, variable_names, multi_label, scope):
+  """Refuses a fine-tuned classifier checkpoint whose head is of the other kind (a softmax
+  head given to a multi-label run, or the reverse); a pretrained BERT checkpoint has
+  neither head.
+
+  Args:
+    checkpoint: its path (the message).
+    variable_names: the names of its variables.
+    multi_label: whether the run is multi-label.
+    scope: the multi-label head's variable scope.
+
+  Raises:
+    UsageError: the checkpoint's head is the other kind's.
+  """
+  names = set(variable_names)
+  softmax = "output_weights" in names
+  sigmoid = scope + "/output_weights" in names
+  if multi_label and softmax and not sigmoid:
+    raise UsageError("%s holds a single-label (softmax) classifier: it cannot be used with "
+                     "--multi_label; drop --multi_label, or start from a pretrained BERT "
+                     "checkpoint" % checkpoint)
+  if not multi_label and sigmoid and not softmax:
+    raise UsageError("%s holds a multi-label classifier: pass --multi_label (and its "
+                     "--label_separator), or start from a pretrained BERT checkpoint"
+                     % checkpoint)
 
 
 def parse_threshold(value):

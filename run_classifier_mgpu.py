@@ -5,23 +5,11 @@ The flags and defaults are those of Google's run_classifier.py (docs/FORMATS.md 
 the runner's multi-GPU flags. Tasks (--task_name) and their files are described in
 classifier_data.py; the shared loop is runner.py.
 
-Outputs in --output_dir:
-  labels.txt                      the label list (with --do_train; reused without it)
-  best/                           the best dev checkpoint (--do_train --do_eval)
-  eval_results.txt                Google's key = value metrics (--do_eval; with --multi_label
-                                  also micro_f1, macro_f1, exact_match)
-  thresholds.json                 the per-label thresholds of a --multi_label model
-  <task>_predict.json             CLUE submission files (--clue_submission)
-  eval_report.txt, .json          per-class precision/recall/F1, confusion matrix
-  predict.txt                     one predicted label per test example, in order (with
-                                  --multi_label: its labels joined by --label_separator)
-  test_results.tsv                Google's: the class probabilities per test example
-  predict_detail.tsv              id, text(s), predicted label and its probability
-  vocab.txt, bert_config.json,    what a model needs to be served (with --do_train;
-  model_settings.json             serving.py)
-
-Long texts: --long_text=truncate (Google's), head_tail, or windows (the whole text read in
-windows whose pooled vectors are combined; docs/FORMATS.md 6 and 14).
+Outputs in --output_dir (docs/FORMATS.md 7): labels.txt, best/, eval_results.txt and
+eval_report.*, predict.txt (one label per test example, in order), Google's test_results.tsv,
+predict_detail.tsv, the files serving.py needs, <task>_predict.json (--clue_submission).
+--multi_label (docs/FORMATS.md 13) predicts label sets and keeps thresholds.json; --long_text
+(docs/FORMATS.md 14) reads texts longer than max_seq_length in windows or by head and tail.
 
 With --export_dir, the best (else the latest) checkpoint is exported as a SavedModel into
 the next numbered version directory there (docs/SERVING.md); alone, it exports a trained
@@ -79,7 +67,8 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
   """
   def model_fn(features, is_training):
     if window_pooling:
-      pooled = _pooled_windows(bert_config, features, is_training, window_pooling)
+      pooled = long_text.pooled_output_of_windows(bert_config, features, is_training,
+                                                  window_pooling)
     else:
       model = modeling.BertModel(
           config=bert_config, is_training=is_training, input_ids=features["input_ids"],
@@ -96,43 +85,24 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
     # [batch, num_labels]; probabilities and the loss in float32 whatever the precision.
     logits = tf.cast(tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
                                     output_bias), tf.float32)
-    if multi_label:
-      return _multi_label_outputs(logits, features)
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    outputs = {"probabilities": tf.exp(log_probs)}
+    outputs = {"probabilities": tf.sigmoid(logits) if multi_label else tf.nn.softmax(logits)}
     if "label_ids" in features:
-      one_hot_labels = tf.one_hot(features["label_ids"], depth=num_labels, dtype=tf.float32)
-      per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)  # [batch]
+      per_example_loss = _per_example_loss(logits, features["label_ids"], multi_label)
       outputs.update(loss=tf.reduce_mean(per_example_loss), per_example_loss=per_example_loss,
                      label_ids=features["label_ids"])
     return outputs
   return model_fn
 
 
-def _pooled_windows(bert_config, features, is_training, window_pooling):
-  """[batch, hidden]: BERT's pooled output of each window, combined per document."""
-  shape = tf.shape(features["input_ids"])  # [batch, windows, seq]
-  flat = {name: tf.reshape(features[name], [-1, shape[2]])  # [batch * windows, seq]
-          for name in ("input_ids", "input_mask", "segment_ids")}
-  model = modeling.BertModel(
-      config=bert_config, is_training=is_training, input_ids=flat["input_ids"],
-      input_mask=flat["input_mask"], token_type_ids=flat["segment_ids"])
-  pooled = tf.reshape(model.get_pooled_output(),
-                      [shape[0], shape[1], bert_config.hidden_size])
-  window_mask = tf.reduce_max(features["input_mask"], axis=-1)  # [batch, windows]
-  return long_text.pool_windows(pooled, window_mask, window_pooling)
-
-
-def _multi_label_outputs(logits, features):
-  """Sigmoid probabilities [batch, labels] and the binary cross-entropy of float32 logits."""
-  outputs = {"probabilities": tf.sigmoid(logits)}
-  if "label_ids" in features:
-    labels = tf.cast(features["label_ids"], tf.float32)  # [batch, labels] multi-hot
-    per_example_loss = tf.reduce_mean(
-        tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits), axis=-1)
-    outputs.update(loss=tf.reduce_mean(per_example_loss), per_example_loss=per_example_loss,
-                   label_ids=features["label_ids"])
-  return outputs
+def _per_example_loss(logits, label_ids, multi_label):
+  """[batch]: the cross-entropy of float32 logits [batch, labels] against label ids [batch],
+  or, multi-label, the binary cross-entropy against multi-hot [batch, labels] averaged over
+  the labels."""
+  if multi_label:
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(label_ids, tf.float32), logits=logits), axis=-1)
+  one_hot_labels = tf.one_hot(label_ids, depth=logits.shape[-1], dtype=tf.float32)
+  return -tf.reduce_sum(one_hot_labels * tf.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
 def model_fn_of(files, bert_config):
@@ -143,26 +113,6 @@ def model_fn_of(files, bert_config):
                          bool(settings.get("multi_label", False)),
                          settings.get("window_pooling") if settings.get("long_text") ==
                          "windows" else None)
-
-
-def check_head(checkpoint, multi_label):
-  """Refuses a fine-tuned checkpoint whose head is of the other kind (softmax given to a
-  multi-label run, or the reverse); a pretrained BERT checkpoint has neither head.
-
-  Raises:
-    UsageError: the checkpoint's head is the other kind's.
-  """
-  names = set(name for name, _ in tf.train.list_variables(checkpoint))
-  softmax = "output_weights" in names
-  sigmoid = MULTI_LABEL_SCOPE + "/output_weights" in names
-  if multi_label and softmax and not sigmoid:
-    raise UsageError("%s holds a single-label (softmax) classifier: it cannot be used with "
-                     "--multi_label; drop --multi_label, or start from a pretrained BERT "
-                     "checkpoint" % checkpoint)
-  if not multi_label and sigmoid and not softmax:
-    raise UsageError("%s holds a multi-label classifier: pass --multi_label (and its "
-                     "--label_separator), or start from a pretrained BERT checkpoint"
-                     % checkpoint)
 
 
 # ---------------------------------------------------------------------------
@@ -229,52 +179,6 @@ def write_predict_outputs(output_dir, examples, probabilities, label_list, thres
 
 
 # ---------------------------------------------------------------------------
-# Multi-label: scores and thresholds
-# ---------------------------------------------------------------------------
-
-def run_thresholds(dev_outputs, label_list):
-  """The multi-label thresholds of this run and where they come from.
-
-  `tuned`: chosen on `dev_outputs` when there are some, else output_dir/thresholds.json.
-  A number: that threshold for every label, except that a run that does not train and is
-  not given the flag keeps the thresholds.json of the model.
-
-  Returns:
-    (float [labels], a description for thresholds.json and the log).
-  """
-  threshold = multi_label.parse_threshold(FLAGS.multi_label_threshold)
-  if threshold == multi_label.TUNED and dev_outputs is not None:
-    return (multi_label.tune_thresholds(dev_outputs["probabilities"], dev_outputs["label_ids"]),
-            "tuned on dev (%d examples)" % len(dev_outputs["probabilities"]))
-  if threshold == multi_label.TUNED or not (FLAGS.do_train or
-                                            FLAGS["multi_label_threshold"].present):
-    saved = multi_label.read_thresholds(FLAGS.output_dir, label_list)
-    if saved is not None:
-      return saved, multi_label.THRESHOLDS_FILE
-  return (np.full([len(label_list)], threshold),
-          "--multi_label_threshold=%s" % FLAGS.multi_label_threshold)
-
-
-def save_thresholds(dev_outputs, label_list):
-  """run_thresholds(), written to output_dir/thresholds.json unless read from it."""
-  thresholds, source = run_thresholds(dev_outputs, label_list)
-  if source != multi_label.THRESHOLDS_FILE:
-    multi_label.write_thresholds(FLAGS.output_dir, label_list, thresholds, source)
-  tf.logging.info("Multi-label thresholds (%s): %s", source, ", ".join(
-      "%s %.3f" % pair for pair in zip(label_list, thresholds)))
-  return thresholds
-
-
-def scores(outputs, label_list):
-  """(metrics, report) of eval outputs; multi-label ones with this run's thresholds (tuned
-  on these outputs with `tuned`)."""
-  if not FLAGS.multi_label:
-    return classifier_metrics.classification_metrics(outputs, label_list)
-  return multi_label.multi_label_metrics(outputs, label_list,
-                                         run_thresholds(outputs, label_list)[0])
-
-
-# ---------------------------------------------------------------------------
 # Flags: Google's run_classifier.py flags with their defaults, then ours
 # ---------------------------------------------------------------------------
 
@@ -297,27 +201,8 @@ def define_flags():
                     "in output_dir/best; eval and predict use output_dir/best whenever it "
                     "exists. With --multi_label the default is micro_f1 (accuracy is then the "
                     "exact-set accuracy).")
-  flags.DEFINE_enum("long_text", "truncate", list(classifier_data.LONG_TEXT_MODES),
-                    "A text longer than max_seq_length: truncate (cut its end, Google's), "
-                    "head_tail (keep --head_tokens from its start and the rest from its end), or "
-                    "windows (read it whole: windows --doc_stride apart, their pooled vectors "
-                    "combined by --window_pooling, one prediction per text).")
-  flags.DEFINE_integer("head_tokens", None, "With --long_text=head_tail: tokens kept from the "
-                       "start of a long text (default: a quarter of the room).")
-  flags.DEFINE_integer("doc_stride", 64, "With --long_text=windows: tokens between the starts "
-                       "of a long text's windows.")
-  flags.DEFINE_integer("max_windows", 8, "With --long_text=windows: the most windows read per "
-                       "text; text past them is left out and counted in the log.")
-  flags.DEFINE_enum("window_pooling", "max", ["max", "mean"], "With --long_text=windows: how "
-                    "the windows' pooled vectors are combined into the text's.")
-  flags.DEFINE_bool("multi_label", False, "Each example has zero or more labels (tsv, csv, "
-                    "jsonl): one sigmoid per label instead of a softmax over one.")
-  flags.DEFINE_string("label_separator", ",", "With --multi_label: the separator between an "
-                      "example's labels in the label field (jsonl also takes a JSON list).")
-  flags.DEFINE_string("multi_label_threshold", "0.5", "With --multi_label: the probability at "
-                      "which a label is predicted, or `tuned`: per label, the threshold with "
-                      "the best F1 on dev. Saved to output_dir/thresholds.json, which later "
-                      "runs, export and predict_text.py use unless this flag is given.")
+  long_text.define_flags(flags)
+  multi_label.define_flags(flags)
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations without "
                        "a better --best_metric (0: never).")
   flags.DEFINE_integer("num_workers", 0, "Processes for featurizing (0: all cores).")
@@ -351,16 +236,26 @@ def feature_options():
       FLAGS.long_text, FLAGS.head_tokens, FLAGS.doc_stride, FLAGS.max_windows)
 
 
-def check_long_text_flags():
-  """The --long_text settings' checks (before anything is written). Raises UsageError."""
-  if FLAGS.long_text == "head_tail" and FLAGS.head_tokens is not None and not (
-      0 <= FLAGS.head_tokens <= FLAGS.max_seq_length - 2):
-    raise UsageError("--head_tokens=%d: use 0 to max_seq_length - 2 = %d tokens from the "
-                     "start." % (FLAGS.head_tokens, FLAGS.max_seq_length - 2))
-  if FLAGS.long_text == "windows":
-    command_line.check_positive(FLAGS, ("doc_stride", "max_windows"))
-    if FLAGS.max_seq_length < 5:
-      raise UsageError("--long_text=windows needs --max_seq_length of at least 5.")
+def threshold_choice():
+  return multi_label.ThresholdChoice(FLAGS.multi_label_threshold,
+                                     FLAGS["multi_label_threshold"].present, FLAGS.do_train,
+                                     FLAGS.output_dir)
+
+
+def scores(outputs, label_list, thresholds=None):
+  """(metrics, report) of eval outputs; multi-label ones with `thresholds`, by default this
+  run's (tuned on these outputs with `tuned`)."""
+  if not FLAGS.multi_label:
+    return classifier_metrics.classification_metrics(outputs, label_list)
+  if thresholds is None:
+    thresholds = threshold_choice().choose(outputs, label_list)[0]
+  return multi_label.multi_label_metrics(outputs, label_list, thresholds)
+
+
+def check_head(checkpoint, is_multi_label):
+  """Refuses a fine-tuned checkpoint whose head is the other kind's (multi_label.check_head)."""
+  multi_label.check_head(checkpoint, [name for name, _ in tf.train.list_variables(checkpoint)],
+                         is_multi_label, MULTI_LABEL_SCOPE)
 
 
 def best_metric_key():
@@ -369,22 +264,6 @@ def best_metric_key():
   if FLAGS.multi_label and not FLAGS["best_metric"].present:
     metric = "micro_f1"
   return {"accuracy": "eval_accuracy"}.get(metric, metric)
-
-
-def check_multi_label_flags():
-  """The multi-label flags' checks (before anything is written). Raises UsageError."""
-  if not FLAGS.multi_label:
-    if FLAGS.best_metric == "micro_f1":
-      raise UsageError("--best_metric=micro_f1 scores multi-label runs: pass --multi_label, "
-                       "or use accuracy or macro_f1.")
-    return
-  threshold = multi_label.parse_threshold(FLAGS.multi_label_threshold)
-  saved = os.path.join(FLAGS.output_dir, multi_label.THRESHOLDS_FILE)
-  if threshold == multi_label.TUNED and not FLAGS.do_eval and (FLAGS.do_train or
-                                                               not os.path.isfile(saved)):
-    raise UsageError("--multi_label_threshold=tuned chooses the thresholds on dev: add "
-                     "--do_eval%s." % ("" if FLAGS.do_train else
-                                       " (%s does not exist yet)" % saved))
 
 
 def check_flags():
@@ -399,31 +278,20 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   if FLAGS.num_workers < 0:
     raise UsageError("--num_workers=%d: use 0 (all cores) or more." % FLAGS.num_workers)
-  check_multi_label_flags()
-  check_long_text_flags()
+  if FLAGS.multi_label:
+    threshold_choice().check(FLAGS.do_eval)
+  elif FLAGS.best_metric == "micro_f1":
+    raise UsageError("--best_metric=micro_f1 scores multi-label runs: pass --multi_label, or "
+                     "use accuracy or macro_f1.")
+  long_text.check_options(feature_options(), FLAGS.max_seq_length)
   command_line.check_run_flags(FLAGS)
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
-def files_to_export():
-  """The model files of output_dir; for a model trained before output_dir kept them, the
-  --vocab_file, --bert_config_file, --do_lower_case and --max_seq_length flags instead."""
-  if serving.has_model_files(FLAGS.output_dir) or not (FLAGS.vocab_file and
-                                                       FLAGS.bert_config_file):
-    return serving.find_model_files(
-        FLAGS.output_dir, "train with --do_train, or pass the --vocab_file, "
-        "--bert_config_file, --do_lower_case and --max_seq_length it was trained with.")
-  tf.logging.warning("%s lacks the model files: exporting with --vocab_file, "
-                     "--bert_config_file, --do_lower_case and --max_seq_length.",
-                     FLAGS.output_dir)
-  return serving.model_files(
-      FLAGS.vocab_file, FLAGS.bert_config_file, os.path.join(FLAGS.output_dir, "labels.txt"),
-      model_settings())
-
-
 def export_model():
   """Exports the best (else latest) checkpoint of output_dir to --export_dir."""
-  files = files_to_export()
+  files = serving.classifier_files_to_export(FLAGS.output_dir, FLAGS.vocab_file,
+                                            FLAGS.bert_config_file, model_settings())
   bert_config = command_line.load_bert_config(files.bert_config_file,
                                               files.settings["max_seq_length"])
   checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, None,
@@ -433,26 +301,6 @@ def export_model():
                                    model_fn_of(files, bert_config), bert_config)
   tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
   return path
-
-
-def read_splits(processor):
-  """Reads and validates every split asked for, before anything is trained or written.
-
-  Returns:
-    (dict split -> list of InputExample, the label list).
-  """
-  splits = {}
-  if FLAGS.do_train:
-    splits["train"] = processor.get_train_examples(FLAGS.data_dir)
-  if FLAGS.do_eval:
-    splits["dev"] = processor.get_dev_examples(FLAGS.data_dir)
-  if FLAGS.do_predict:
-    splits["test"] = processor.get_test_examples(FLAGS.data_dir)
-  label_list = classifier_data.resolve_label_list(processor, FLAGS.data_dir,
-                                                  FLAGS.output_dir, FLAGS.do_train)
-  for examples in splits.values():
-    classifier_data.check_labels(examples, label_list)
-  return splits, label_list
 
 
 def prepare_output_dir(splits, label_list, processor):
@@ -471,13 +319,12 @@ def prepare_output_dir(splits, label_list, processor):
       FLAGS.num_workers or None, largest_split=largest, options=feature_options()) as pool:
     config = run_settings.make_run_config(FLAGS,
                                           num_train_examples=len(splits.get("train", ())))
-    if not FLAGS.do_train:
-      check_head(checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint,
-                                                      "best")[0], FLAGS.multi_label)
-    else:  # training resumes output_dir's checkpoint, else starts from --init_checkpoint
-      start = tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
-      if start:
-        check_head(start, FLAGS.multi_label)
+    # Training resumes output_dir's checkpoint, else starts from --init_checkpoint.
+    start = (tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
+             if FLAGS.do_train else checkpoints.checkpoint_for_inference(
+                 FLAGS.output_dir, FLAGS.init_checkpoint, "best")[0])
+    if start:
+      check_head(start, FLAGS.multi_label)
     output_files.claim_output_dir(config)
     if FLAGS.do_train and config.is_chief:
       classifier_data.write_label_list(FLAGS.output_dir, label_list)
@@ -505,7 +352,10 @@ def main(_):
   classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
   processor = classifier_data.get_processor(
       FLAGS.task_name, FLAGS.label_separator if FLAGS.multi_label else None)
-  splits, label_list = read_splits(processor)
+  splits, label_list = classifier_data.read_splits(
+      processor, FLAGS.data_dir, FLAGS.output_dir,
+      [split for split, flag in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
+                                 ("test", FLAGS.do_predict)) if flag])
   config, record_files = prepare_output_dir(splits, label_list, processor)
   spec = classifier_data.input_feature_spec(
       FLAGS.max_seq_length, len(label_list) if FLAGS.multi_label else None)
@@ -544,7 +394,7 @@ def main(_):
   if FLAGS.do_eval or FLAGS.do_predict:
     evaluate_and_predict(inference, dev_metrics, splits, label_list)
   elif FLAGS.multi_label:
-    save_thresholds(None, label_list)  # what export and predict_text.py will use
+    threshold_choice().save(None, label_list)  # what export and predict_text.py will use
   if FLAGS.export_dir:
     export_model()
 
@@ -557,8 +407,11 @@ def evaluate_and_predict(inference, dev_metrics, splits, label_list):
   dev_outputs = None
   if FLAGS.do_eval:
     metrics, dev_outputs = inference.evaluate("eval", dev_metrics)
-    write_eval_reports(FLAGS.output_dir, metrics, scores(dev_outputs, label_list)[1])
-  thresholds = save_thresholds(dev_outputs, label_list) if FLAGS.multi_label else None
+  thresholds = (threshold_choice().save(dev_outputs, label_list) if FLAGS.multi_label else
+                None)
+  if FLAGS.do_eval:
+    write_eval_reports(FLAGS.output_dir, metrics,
+                       scores(dev_outputs, label_list, thresholds)[1])
   if FLAGS.do_predict:
     outputs = inference.outputs("predict")
     if len(outputs["probabilities"]) != len(splits["test"]):

@@ -216,6 +216,19 @@ def find_model_files(directory, advice, kinds=(CLASSIFIER_KIND,)):
                      os.path.join(directory, LABELS_FILE), settings)
 
 
+def classifier_files_to_export(output_dir, vocab_file, bert_config_file, settings):
+  """The model files of a classifier's output_dir; for a model trained before output_dir kept
+  them, the given vocab, config and settings (the run's flags) instead."""
+  if has_model_files(output_dir) or not (vocab_file and bert_config_file):
+    return find_model_files(
+        output_dir, "train with --do_train, or pass the --vocab_file, --bert_config_file, "
+        "--do_lower_case and --max_seq_length it was trained with.")
+  tf.logging.warning("%s lacks the model files: exporting with --vocab_file, "
+                     "--bert_config_file, --do_lower_case and --max_seq_length.", output_dir)
+  return model_files(vocab_file, bert_config_file, os.path.join(output_dir, LABELS_FILE),
+                     settings)
+
+
 def has_model_files(directory):
   return all(os.path.isfile(os.path.join(directory, name)) for name in ASSET_FILES)
 
