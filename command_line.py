@@ -242,6 +242,23 @@ def check_actions(flag_values, data_flags):
   return only_export
 
 
+def refuse_unread_flags(flag_values, unread):
+  """Refuses a flag given on the command line that this run would silently ignore.
+
+  Args:
+    flag_values: tf.flags.FLAGS.
+    unread: {flag name: the setting under which that flag is read}.
+
+  Raises:
+    UsageError: naming the first such flag.
+  """
+  for name in sorted(unread):
+    if flag_values[name].present:
+      raise UsageError("--%s=%s is read only with %s, which this run does not have: add %s "
+                       "or drop --%s." % (name, flag_values[name].value, unread[name],
+                                          unread[name], name))
+
+
 def require_file(flag_name, path):
   """Raises UsageError unless the file flag `flag_name` is set to an existing path."""
   if not path:

@@ -147,6 +147,18 @@ def define_flags(flags):
                     "the windows' pooled vectors are combined into the text's.")
 
 
+# The --long_text flags that one mode alone reads, and that mode.
+MODE_OF_FLAG = {"head_tokens": "head_tail", "doc_stride": "windows", "max_windows": "windows",
+                "window_pooling": "windows"}
+
+
+def unread_flags(mode):
+  """{flag name: the setting that reads it} of the flags --long_text=`mode` ignores
+  (command_line.refuse_unread_flags)."""
+  return {name: "--long_text=" + flag_mode for name, flag_mode in MODE_OF_FLAG.items()
+          if flag_mode != mode}
+
+
 def check_options(options, max_seq_length):
   """The --long_text settings' checks (classifier_data.FeatureOptions), before anything is
   written. Raises UsageError."""

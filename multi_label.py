@@ -38,6 +38,14 @@ def define_flags(flags):
                       "runs, export and predict_text.py use unless this flag is given.")
 
 
+def unread_flags(is_multi_label):
+  """{flag name: the setting that reads it} of the flags a run without --multi_label
+  ignores (command_line.refuse_unread_flags)."""
+  if is_multi_label:
+    return {}
+  return {"label_separator": "--multi_label", "multi_label_threshold": "--multi_label"}
+
+
 class ThresholdChoice(object):
   """How a multi-label run picks its thresholds.
 

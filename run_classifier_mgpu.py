@@ -283,6 +283,8 @@ def check_flags():
   elif FLAGS.best_metric == "micro_f1":
     raise UsageError("--best_metric=micro_f1 scores multi-label runs: pass --multi_label, or "
                      "use accuracy or macro_f1.")
+  command_line.refuse_unread_flags(FLAGS, dict(long_text.unread_flags(FLAGS.long_text),
+                                                **multi_label.unread_flags(FLAGS.multi_label)))
   long_text.check_options(feature_options(), FLAGS.max_seq_length)
   command_line.check_run_flags(FLAGS)
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)

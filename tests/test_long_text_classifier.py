@@ -151,6 +151,10 @@ def run_flags(data, data_dir, output_dir, **overrides):
       ("doc_stride", DOC_STRIDE), ("max_windows", MAX_WINDOWS), ("n_gpus", 1),
       ("save_checkpoints_steps", 1000), ("log_steps", 1000)])
   flags.update(overrides)
+  if flags["long_text"] != "windows":  # the windows flags are refused in other modes
+    for name in ("doc_stride", "max_windows"):
+      if name not in overrides:
+        del flags[name]
   return flags
 
 
@@ -474,6 +478,17 @@ def test_head_tail_keeps_the_head_and_the_tail_of_each_text_of_a_pair(
     (dict(long_text="head_tail", head_tokens=MAX_SEQ_LENGTH - 1),
      "--head_tokens=%d" % (MAX_SEQ_LENGTH - 1)),
     (dict(long_text="head_tail", head_tokens=-1), "--head_tokens=-1"),
+    # A flag of another mode would be ignored: refused instead.
+    (dict(long_text="truncate", doc_stride=32), "--doc_stride=32 is read only with "
+     "--long_text=windows"),
+    (dict(long_text="windows", head_tokens=3), "--head_tokens=3 is read only with "
+     "--long_text=head_tail"),
+    (dict(long_text="head_tail", window_pooling="mean"), "--window_pooling=mean is read only "
+     "with --long_text=windows"),
+    (dict(long_text="truncate", label_separator="|"), "--label_separator=| is read only with "
+     "--multi_label"),
+    (dict(long_text="truncate", multi_label_threshold="tuned"), "--multi_label_threshold=tuned "
+     "is read only with --multi_label"),
 ])
 def test_bad_long_text_flags_are_one_line_errors_and_write_nothing(data, tmp_path, flags,
                                                                    fragment):
