@@ -34,7 +34,7 @@ _MASKED_SCORE_ADDER = -10000.0
 _LAYER_NORM_EPSILON = 1e-12
 
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
 
 # Fields of bert_config.json the model reads, grouped by the type they need.
 _INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers",
@@ -404,8 +404,8 @@ def gelu(x):
 
   This is what "gelu" meant when the released checkpoints were trained. The gradient is
   written out, x Phi'(x) + Phi(x) with Phi' = exp(-x^2 / 2) / sqrt(2 pi), reusing the
-  forward pass's erf: fewer elementwise ops over the [rows, intermediate] activations than
-  differentiating the formula op by op (docs/PERFORMANCE.md, issue #22).
+  forward pass's x / sqrt(2) and Phi(x): fewer elementwise ops over the [rows, intermediate]
+  activations than differentiating the formula op by op (docs/PERFORMANCE.md, issue #22).
 
   Args:
     x: float Tensor.
@@ -418,17 +418,17 @@ def gelu(x):
 
 @tf.custom_gradient
 def _gelu_with_gradient(x):
-  """gelu(x), and a gradient function that reuses its x / sqrt(2) and erf."""
+  """gelu(x), and a gradient function that reuses its x / sqrt(2) and Phi(x)."""
   scaled = x * _INV_SQRT_2
-  one_plus_erf = 1.0 + tf.math.erf(scaled)
-  output = 0.5 * x * one_plus_erf
+  cdf = 0.5 * (1.0 + tf.math.erf(scaled))  # Phi(x)
+  output = x * cdf
 
   def grad(dy):
-    # d/dx [x Phi(x)] = Phi(x) + x Phi'(x), with Phi(x) = (1 + erf(x / sqrt 2)) / 2 and
-    # Phi'(x) = exp(-(x / sqrt 2)^2) / sqrt(2 pi). Square, Neg, Exp is a chain of unary ops,
-    # which Grappler runs as one pass (_UnaryOpsComposition) on CPU.
-    pdf = tf.exp(tf.negative(tf.square(scaled)))
-    return dy * (0.5 * one_plus_erf + x * pdf * _INV_SQRT_2PI)
+    # d/dx [x Phi(x)] = Phi(x) + x Phi'(x), Phi'(x) = exp(-s^2) / sqrt(2 pi) with s = x / sqrt 2,
+    # so x Phi'(x) = s exp(-s^2) / sqrt(pi). Square, Neg, Exp is a chain of unary ops, which
+    # Grappler runs as one pass (_UnaryOpsComposition) on CPU.
+    s_pdf = scaled * tf.exp(tf.negative(tf.square(scaled)))
+    return dy * (cdf + s_pdf * _INV_SQRT_PI)
 
   return output, grad
 
@@ -543,20 +543,43 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
   return (assignment_map, initialized_variable_names)
 
 
+# Dropout decides each value with 16 random bits: values below the threshold are dropped.
+_DROPOUT_LEVELS = 1 << 16
+
+
 def dropout(input_tensor, dropout_prob):
-  """Applies dropout.
+  """Applies inverted dropout: each value dropped with `dropout_prob`, the rest scaled up.
+
+  Each value gets 16 random bits, two from each 32-bit integer that TensorFlow's generator
+  draws: half the draws of tf.nn.dropout (one float per value), and no float conversion.
+  The drop probability is round(dropout_prob * 65536) / 65536 (0.1 -> 0.100006), exact in
+  bfloat16 too, where tf.nn.dropout's bfloat16 uniform has 8 bits and drops 10.15% for 0.1
+  (docs/PERFORMANCE.md, issue #22).
 
   Args:
     input_tensor: float Tensor.
-    dropout_prob: probability of dropping each value (not of keeping it).
+    dropout_prob: probability of dropping each value (not of keeping it), below 1.
       None or 0.0 returns the input unchanged.
 
   Returns:
-    The Tensor after dropout.
+    The Tensor after dropout, of the input's shape and dtype.
   """
   if dropout_prob is None or dropout_prob == 0.0:
     return input_tensor
-  return tf.nn.dropout(input_tensor, rate=dropout_prob)
+  threshold = int(round(dropout_prob * _DROPOUT_LEVELS))
+  if not 0 <= threshold < _DROPOUT_LEVELS:
+    raise ValueError("dropout_prob=%r: use a probability from 0 to below 1." % dropout_prob)
+  keep_scale = float(_DROPOUT_LEVELS) / (_DROPOUT_LEVELS - threshold)
+  with tf.name_scope("dropout"):
+    shape = tf.shape(input_tensor)
+    size = tf.reduce_prod(shape)
+    words = tf.random.uniform([(size + 1) // 2], minval=-2**31, maxval=2**31 - 1,
+                              dtype=tf.int32)
+    # Each int32 word is two int16 values, uniform over [-32768, 32767].
+    bits = tf.reshape(tf.reshape(tf.bitcast(words, tf.int16), [-1])[:size], shape)
+    keep = bits >= threshold - _DROPOUT_LEVELS // 2
+    keep.set_shape(input_tensor.shape)
+    return input_tensor * (tf.cast(keep, input_tensor.dtype) * keep_scale)
 
 
 def layer_norm(input_tensor, name=None):

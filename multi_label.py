@@ -143,17 +143,19 @@ def tune_thresholds(probabilities, gold):
   """Per label, the threshold that maximizes its F1 on these examples.
 
   The threshold lies halfway between the lowest probability predicted positive and the
-  highest one left out, so it does not sit on a dev example. A label without positive
-  examples keeps DEFAULT_THRESHOLD (no threshold gives it an F1 above zero).
+  highest one left out, so it does not sit on a dev example. It is a float32 value, as the
+  model's probabilities are, so predicted_sets and the exported model (float32 in the
+  graph) split the examples where the tuning did. A label without positive examples keeps
+  DEFAULT_THRESHOLD (no threshold gives it an F1 above zero).
 
   Args:
     probabilities: float [examples, labels].
     gold: 0/1 [examples, labels].
 
   Returns:
-    float64 [labels].
+    float32 values [labels] (a float64 array).
   """
-  probabilities = np.asarray(probabilities, np.float64)
+  probabilities = np.asarray(probabilities, np.float32)
   gold = np.asarray(gold) > 0
   thresholds = np.full([probabilities.shape[1]], DEFAULT_THRESHOLD)
   for label in range(probabilities.shape[1]):
@@ -168,14 +170,19 @@ def tune_thresholds(probabilities, gold):
     # Only cuts between distinct probabilities can be made by a threshold.
     cuttable = np.append(ranked[1:] < ranked[:-1], True)
     best = int(np.argmax(np.where(cuttable, f1, -1.0)))
-    below = ranked[best + 1] if best + 1 < len(ranked) else 0.0
-    thresholds[label] = (ranked[best] + below) / 2.0
+    lowest_in = ranked[best]
+    highest_out = ranked[best + 1] if best + 1 < len(ranked) else np.float32(0.0)
+    halfway = np.float32((np.float64(lowest_in) + np.float64(highest_out)) / 2.0)
+    # Adjacent float32 values have no float32 between them: the upper one then.
+    thresholds[label] = halfway if halfway > highest_out else lowest_in
   return thresholds
 
 
 def predicted_sets(probabilities, thresholds):
-  """bool [examples, labels]: each label whose probability reaches its threshold."""
-  return np.asarray(probabilities) >= np.asarray(thresholds)[None, :]
+  """bool [examples, labels]: each label whose probability reaches its threshold, both
+  compared as float32, as in the exported model."""
+  return (np.asarray(probabilities, np.float32) >=
+          np.asarray(thresholds, np.float32)[None, :])
 
 
 def label_string(row, label_list, separator):

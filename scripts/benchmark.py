@@ -140,6 +140,8 @@ def profile_step(sess, fetches, steps=3, top_ops=12):
         if FUSED_OP_PATTERN.search(node.op):
           fused[node.op] = fused.get(node.op, 0) + 1
     for device in metadata.step_stats.dev_stats:
+      if device.device.startswith("/host:"):
+        continue  # TF 1.15's host tracer: the same kernels again, without op types
       for node in device.node_stats:
         name = node.node_name.split(":")[0]
         op = _node_op_type(node)

@@ -280,6 +280,43 @@ def test_dropout_function():
   assert 300 < np.sum(value == 0.0) < 700
 
 
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("rate", [0.1, 0.3])
+def test_dropout_drops_at_the_rate_in_every_dtype(dtype, rate):
+  """The drop rate is the configured one to 1e-4, in bfloat16 too (tf.nn.dropout's bfloat16
+  uniform drops 10.15% for 0.1), the scale 1 / (1 - rate), the shape kept (odd sizes too),
+  and every draw differs."""
+  with tf.Graph().as_default():
+    x = tf.ones([501, 999], dtype)  # an odd number of values
+    dropped = modeling.dropout(x, rate)
+    assert dropped.shape.as_list() == [501, 999] and dropped.dtype == dtype
+    value32 = tf.cast(dropped, tf.float32)
+    with tf.Session() as sess:
+      first, second = sess.run([value32, value32])
+      values = [first] + [sess.run(value32) for _ in range(7)]
+  values = np.stack(values)
+  dropped_share = np.mean(values == 0.0)
+  # 4e6 draws: the standard error of the share is 1.5e-4 at rate 0.1.
+  assert abs(dropped_share - rate) < 8e-4, dropped_share
+  kept = np.unique(values[values != 0.0])
+  np.testing.assert_allclose(kept, [1.0 / (1.0 - rate)], rtol=4e-3)  # bfloat16 rounds it
+  assert np.mean(first == values[1]) < 0.9  # new bits every run
+  # Neighbouring values (the two halves of one 32-bit draw) are not correlated.
+  pairs = values.reshape(-1)[: (values.size // 2) * 2].reshape(-1, 2) == 0.0
+  assert abs(np.mean(pairs[:, 0] & pairs[:, 1]) - rate * rate) < 8e-4
+
+
+def test_dropout_gradient_is_the_mask_times_the_scale():
+  with tf.Graph().as_default():
+    x = tf.ones([64, 33])
+    dropped = modeling.dropout(x, 0.25)
+    gradient = tf.gradients(dropped, x, grad_ys=tf.fill([64, 33], 3.0))[0]
+    with tf.Session() as sess:
+      value, grad = sess.run([dropped, gradient])
+  np.testing.assert_allclose(grad, 3.0 * value, rtol=1e-6)
+  assert 0 < np.sum(value == 0.0) < value.size
+
+
 def test_get_shape_list_and_assert_rank():
   with tf.Graph().as_default():
     x = tf.placeholder(tf.float32, [None, 5, 3])

@@ -453,6 +453,22 @@ def test_tuned_thresholds_on_hand_made_cases():
   np.testing.assert_array_equal(predicted[:, 3], [1, 1, 1, 1, 1])
 
 
+def test_tuned_thresholds_split_adjacent_float32_probabilities_as_the_export_does():
+  """Two positives and a negative one float32 step apart: the tuned threshold must keep
+  the positives and drop the negative when compared in float32 (the exported model's
+  comparison), not only in float64."""
+  low = np.float32(0.3)
+  high = np.nextafter(low, np.float32(1.0))  # the next float32 above 0.3
+  probabilities = np.array([[0.9], [high], [low], [0.1]], np.float32)
+  gold = np.array([[1], [1], [0], [0]])
+  thresholds = multi_label.tune_thresholds(probabilities, gold)
+  in_float32 = probabilities[:, 0] >= np.float32(thresholds[0])
+  np.testing.assert_array_equal(in_float32, [True, True, False, False])
+  np.testing.assert_array_equal(multi_label.predicted_sets(probabilities, thresholds)[:, 0],
+                                [True, True, False, False])
+  assert np.float32(thresholds[0]) == thresholds[0]  # a float32 value, written as such
+
+
 def test_tuned_thresholds_reach_the_best_f1_of_a_brute_force_search():
   rng = np.random.RandomState(0)
   # Probabilities on a coarse grid, so there are many ties.
