@@ -254,9 +254,9 @@ def refuse_unread_flags(flag_values, unread):
   """
   for name in sorted(unread):
     if flag_values[name].present:
-      raise UsageError("--%s=%s is read only with %s, which this run does not have: add %s "
-                       "or drop --%s." % (name, flag_values[name].value, unread[name],
-                                          unread[name], name))
+      raise UsageError("--%s=%s is read only with %s, which this run does not have: drop "
+                       "--%s, or use %s." % (name, flag_values[name].value, unread[name], name,
+                                             unread[name]))
 
 
 def require_file(flag_name, path):

@@ -552,8 +552,10 @@ def dropout(input_tensor, dropout_prob):
 
   Each value gets 16 random bits, two from each 32-bit integer that TensorFlow's generator
   draws: half the draws of tf.nn.dropout (one float per value), and no float conversion.
-  The drop probability is round(dropout_prob * 65536) / 65536 (0.1 -> 0.100006), exact in
-  bfloat16 too, where tf.nn.dropout's bfloat16 uniform has 8 bits and drops 10.15% for 0.1
+  The drop probability is round(dropout_prob * 65536) / 65536 (0.1 -> 0.100006) in every
+  dtype; tf.nn.dropout's bfloat16 uniform has 7 random bits and drops 10.16% for 0.1. A
+  probability under 2^-17 rounds to no dropout, one above 1 - 2^-17 to 65535 / 65536. In
+  bfloat16 and float16 the scale 1 / (1 - p) is rounded to the dtype, as in tf.nn.dropout
   (docs/PERFORMANCE.md, issue #22).
 
   Args:
@@ -566,20 +568,30 @@ def dropout(input_tensor, dropout_prob):
   """
   if dropout_prob is None or dropout_prob == 0.0:
     return input_tensor
-  threshold = int(round(dropout_prob * _DROPOUT_LEVELS))
-  if not 0 <= threshold < _DROPOUT_LEVELS:
+  if not 0.0 <= dropout_prob < 1.0:
     raise ValueError("dropout_prob=%r: use a probability from 0 to below 1." % dropout_prob)
+  threshold = min(int(round(dropout_prob * _DROPOUT_LEVELS)), _DROPOUT_LEVELS - 1)
+  if threshold == 0:
+    return input_tensor
   keep_scale = float(_DROPOUT_LEVELS) / (_DROPOUT_LEVELS - threshold)
   with tf.name_scope("dropout"):
     shape = tf.shape(input_tensor)
     size = tf.reduce_prod(shape)
-    words = tf.random.uniform([(size + 1) // 2], minval=-2**31, maxval=2**31 - 1,
-                              dtype=tf.int32)
+    # An even last dimension (BERT's widths and sequence lengths) makes the size even: the
+    # bits then fill the shape exactly, with no int16 slice (TF 1.15 has no GPU kernel for
+    # one, and would copy the bits to the host and back).
+    last = input_tensor.shape[-1] if input_tensor.shape.ndims else None
+    even = last is not None and int(last) % 2 == 0
+    words = tf.random.uniform([size // 2 if even else (size + 1) // 2], minval=-2**31,
+                              maxval=2**31 - 1, dtype=tf.int32)
     # Each int32 word is two int16 values, uniform over [-32768, 32767].
-    bits = tf.reshape(tf.reshape(tf.bitcast(words, tf.int16), [-1])[:size], shape)
-    keep = bits >= threshold - _DROPOUT_LEVELS // 2
-    keep.set_shape(input_tensor.shape)
-    return input_tensor * (tf.cast(keep, input_tensor.dtype) * keep_scale)
+    bits = tf.reshape(tf.bitcast(words, tf.int16), [-1])
+    mask = tf.cast(bits >= threshold - _DROPOUT_LEVELS // 2, input_tensor.dtype) * keep_scale
+    if not even:
+      mask = mask[:size]  # one value too many; sliced in the float dtype
+    mask = tf.reshape(mask, shape)
+    mask.set_shape(input_tensor.shape)
+    return input_tensor * mask
 
 
 def layer_norm(input_tensor, name=None):

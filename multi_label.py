@@ -143,7 +143,8 @@ def tune_thresholds(probabilities, gold):
   """Per label, the threshold that maximizes its F1 on these examples.
 
   The threshold lies halfway between the lowest probability predicted positive and the
-  highest one left out, so it does not sit on a dev example. It is a float32 value, as the
+  highest one left out, so it does not sit on a dev example (except when the two are
+  adjacent float32 values: then it is the upper one). It is a float32 value, as the
   model's probabilities are, so predicted_sets and the exported model (float32 in the
   graph) split the examples where the tuning did. A label without positive examples keeps
   DEFAULT_THRESHOLD (no threshold gives it an F1 above zero).

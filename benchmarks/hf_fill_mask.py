@@ -88,9 +88,11 @@ def run_examples(model, examples, batch_size, top_k, max_seq_length):
 
 def compare_fills(ours, theirs):
   """Agreement of two fill-mode outputs (lists of records, line by line)."""
+  assert len(ours) == len(theirs), "%d lines against %d" % (len(ours), len(theirs))
   masks = agree = 0
   top1_diff = any_diff = 0.0
   for our_line, their_line in zip(ours, theirs):
+    assert len(our_line["masks"]) == len(their_line["masks"]), our_line["text"]
     for our_mask, their_mask in zip(our_line["masks"], their_line["masks"]):
       masks += 1
       our_fills, their_fills = our_mask["fills"], their_mask["fills"]
@@ -107,6 +109,7 @@ def compare_fills(ours, theirs):
 
 def compare_candidates(ours, theirs, answers=None):
   """Agreement of two --candidates outputs, and each one's accuracy against `answers`."""
+  assert len(ours) == len(theirs), "%d lines against %d" % (len(ours), len(theirs))
   lines = len(ours)
   same_best = sum(a["candidates"][0]["candidate"] == b["candidates"][0]["candidate"]
                   for a, b in zip(ours, theirs))

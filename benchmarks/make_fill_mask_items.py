@@ -5,7 +5,8 @@ From --train_tsv and --test_tsv (header row, the text in the last column; e.g. t
 train.tsv and test.tsv from scripts/make_demo_data.py), into --output_dir:
 
   corpus.txt   the training texts as pretraining input for create_pretraining_data.py:
-               one sentence per line, a blank line after every --sentences_per_document.
+               one text per line (read as a sentence), a blank line after every
+               --sentences_per_document texts.
   fill.txt     each test text with one Chinese character (a quarter of the lines: two)
                replaced by [MASK]: fill_mask.py's fill mode.
   cloze.txt    each test text with two consecutive Chinese characters replaced by a blank
@@ -62,6 +63,9 @@ def cloze_line(text, others, blank_marker, rng):
     return None
   start = rng.choice(starts)
   answer = text[start:start + 2]
+  spans = set(other[i:i + 2] for other in others for i in chinese_spans(other, 2)) - {answer}
+  if len(spans) < 3:
+    return None
   distractors = set()
   while len(distractors) < 3:
     other = rng.choice(others)

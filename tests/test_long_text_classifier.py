@@ -395,10 +395,10 @@ def test_a_cue_past_the_first_window_is_learnt_by_windows_and_not_by_truncation(
       words = text.split()
       assert words.index(label) >= ROOM and set(words) == {"x", label}
   common = dict(do_train=True, do_eval=True, train_batch_size=16, learning_rate=3e-3,
-                num_train_epochs=30, random_seed=7, doc_stride=7, max_windows=8)
+                num_train_epochs=30, random_seed=7)
   windows, truncate = (os.path.join(data.root, "cue_" + mode)
                        for mode in ("windows", "truncate"))
-  results = run_all([run_flags(data, data.cue, windows, **common),
+  results = run_all([run_flags(data, data.cue, windows, doc_stride=7, max_windows=8, **common),
                      run_flags(data, data.cue, truncate, long_text="truncate", **common)])
   for result in results:
     cli.assert_succeeded(result)

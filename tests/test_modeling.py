@@ -280,30 +280,56 @@ def test_dropout_function():
   assert 300 < np.sum(value == 0.0) < 700
 
 
-@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
 @pytest.mark.parametrize("rate", [0.1, 0.3])
-def test_dropout_drops_at_the_rate_in_every_dtype(dtype, rate):
-  """The drop rate is the configured one to 1e-4, in bfloat16 too (tf.nn.dropout's bfloat16
-  uniform drops 10.15% for 0.1), the scale 1 / (1 - rate), the shape kept (odd sizes too),
-  and every draw differs."""
+@pytest.mark.parametrize("width", [999, 1000])  # an odd and an even number of values
+def test_dropout_drops_at_the_rate_in_every_dtype(dtype, rate, width):
+  """The drop rate is the configured one to 8e-4 (5 standard errors), in bfloat16 too
+  (tf.nn.dropout's bfloat16 uniform drops 10.16% for 0.1), the scale 1 / (1 - rate)
+  rounded to the dtype, the shape kept, and every draw differs."""
   with tf.Graph().as_default():
-    x = tf.ones([501, 999], dtype)  # an odd number of values
+    x = tf.ones([501, width], dtype)
     dropped = modeling.dropout(x, rate)
-    assert dropped.shape.as_list() == [501, 999] and dropped.dtype == dtype
+    assert dropped.shape.as_list() == [501, width] and dropped.dtype == dtype
     value32 = tf.cast(dropped, tf.float32)
     with tf.Session() as sess:
-      first, second = sess.run([value32, value32])
-      values = [first] + [sess.run(value32) for _ in range(7)]
-  values = np.stack(values)
+      values = np.stack([sess.run(value32) for _ in range(8)])  # 4e6 draws
   dropped_share = np.mean(values == 0.0)
-  # 4e6 draws: the standard error of the share is 1.5e-4 at rate 0.1.
   assert abs(dropped_share - rate) < 8e-4, dropped_share
   kept = np.unique(values[values != 0.0])
   np.testing.assert_allclose(kept, [1.0 / (1.0 - rate)], rtol=4e-3)  # bfloat16 rounds it
-  assert np.mean(first == values[1]) < 0.9  # new bits every run
+  assert np.mean(values[0] == values[1]) < 0.9  # new bits every run
   # Neighbouring values (the two halves of one 32-bit draw) are not correlated.
-  pairs = values.reshape(-1)[: (values.size // 2) * 2].reshape(-1, 2) == 0.0
-  assert abs(np.mean(pairs[:, 0] & pairs[:, 1]) - rate * rate) < 8e-4
+  per_run = values.reshape(8, -1)
+  pairs = per_run[:, :(per_run.shape[1] // 2) * 2].reshape(8, -1, 2) == 0.0
+  assert abs(np.mean(pairs[..., 0] & pairs[..., 1]) - rate * rate) < 8e-4
+
+
+def test_dropout_at_the_ends_of_the_range():
+  with tf.Graph().as_default():
+    x = tf.ones([64, 32])
+    assert modeling.dropout(x, 1e-6) is x  # under 2^-17: no dropout
+    almost_all = modeling.dropout(x, 0.999999)  # 65535 of 65536 dropped
+    with pytest.raises(ValueError):
+      modeling.dropout(x, 1.0)
+    with tf.Session() as sess:
+      value = sess.run(almost_all)
+  assert np.sum(value != 0.0) <= 3 and set(np.unique(value).tolist()) <= {0.0, 65536.0}
+
+
+def test_dropout_compiles_with_xla():
+  """Inside an XLA cluster (--use_xla), on both TensorFlow versions: bitcast to a narrower
+  type and the rate."""
+  with tf.Graph().as_default():
+    x = tf.ones([256, 33])  # odd last dimension: the sliced path too
+    with tf.xla.experimental.jit_scope(compile_ops=True):
+      dropped = modeling.dropout(x, 0.25)
+      dropped_even = modeling.dropout(tf.ones([256, 32]), 0.25)
+    with tf.Session() as sess:
+      values = [sess.run([dropped, dropped_even]) for _ in range(20)]
+  for index in (0, 1):
+    share = np.mean([np.mean(v[index] == 0.0) for v in values])
+    assert abs(share - 0.25) < 0.01, share
 
 
 def test_dropout_gradient_is_the_mask_times_the_scale():
