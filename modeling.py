@@ -580,8 +580,9 @@ def dropout(input_tensor, dropout_prob):
     # An even last dimension (BERT's widths and sequence lengths) makes the size even: the
     # bits then fill the shape exactly, with no int16 slice (TF 1.15 has no GPU kernel for
     # one, and would copy the bits to the host and back).
-    last = input_tensor.shape[-1] if input_tensor.shape.ndims else None
-    even = last is not None and int(last) % 2 == 0
+    last = (tf.compat.dimension_value(input_tensor.shape[-1]) if input_tensor.shape.ndims
+            else None)
+    even = last is not None and last % 2 == 0
     words = tf.random.uniform([size // 2 if even else (size + 1) // 2], minval=-2**31,
                               maxval=2**31 - 1, dtype=tf.int32)
     # Each int32 word is two int16 values, uniform over [-32768, 32767].

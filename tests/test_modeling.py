@@ -305,6 +305,19 @@ def test_dropout_drops_at_the_rate_in_every_dtype(dtype, rate, width):
   assert abs(np.mean(pairs[..., 0] & pairs[..., 1]) - rate * rate) < 8e-4
 
 
+@pytest.mark.parametrize("shape", [[None, 32], [None, None], None])
+def test_dropout_of_tensors_with_unknown_dimensions(shape):
+  """A placeholder's unknown dimensions (TF 1.15 returns Dimension(None) for them)."""
+  with tf.Graph().as_default():
+    x = tf.placeholder(tf.float32, shape)
+    dropped = modeling.dropout(x, 0.5)
+    with tf.Session() as sess:
+      for rows, width in ((3, 32), (5, 32)):
+        value = sess.run(dropped, {x: np.ones([rows, width], np.float32)})
+        assert value.shape == (rows, width)
+        assert set(np.unique(value).tolist()) <= {0.0, 2.0}
+
+
 def test_dropout_at_the_ends_of_the_range():
   with tf.Graph().as_default():
     x = tf.ones([64, 32])
