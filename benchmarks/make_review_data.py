@@ -60,6 +60,16 @@ def build_vocab(texts):
   return SPECIAL_TOKENS + sorted(tokens - set(SPECIAL_TOKENS))
 
 
+def bert_config(hidden_size, num_hidden_layers, vocab_size):
+  """A Google bert_config.json dict: heads of 64, intermediate 4 x hidden, 512 positions."""
+  return {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+          "hidden_dropout_prob": 0.1, "hidden_size": hidden_size,
+          "initializer_range": 0.02, "intermediate_size": 4 * hidden_size,
+          "max_position_embeddings": 512, "num_attention_heads": max(1, hidden_size // 64),
+          "num_hidden_layers": num_hidden_layers, "type_vocab_size": 2,
+          "vocab_size": vocab_size}
+
+
 def write_tsv(path, rows):
   with open(path, "w", encoding="utf-8") as f:
     f.write("label\ttext_a\n")
@@ -89,13 +99,7 @@ def main():
   vocab = build_vocab(text for _, text in rows)
   with open(os.path.join(args.output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
     f.write("".join(token + "\n" for token in vocab))
-  config = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
-            "hidden_dropout_prob": 0.1, "hidden_size": args.hidden_size,
-            "initializer_range": 0.02, "intermediate_size": 4 * args.hidden_size,
-            "max_position_embeddings": 512,
-            "num_attention_heads": max(1, args.hidden_size // 64),
-            "num_hidden_layers": args.num_hidden_layers, "type_vocab_size": 2,
-            "vocab_size": len(vocab)}
+  config = bert_config(args.hidden_size, args.num_hidden_layers, len(vocab))
   with open(os.path.join(args.output_dir, "bert_config.json"), "w", encoding="utf-8") as f:
     json.dump(config, f, indent=2, sort_keys=True)
   lengths = sorted(len(text) for _, text in splits["train"])

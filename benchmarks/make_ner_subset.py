@@ -1,0 +1,93 @@
+# coding=utf-8
+"""Samples a real conll NER file into the layout ner_side_by_side.py --data_root reads.
+
+For example SophonPlus/ChineseNlpCorpus's datasets/dh_msra (dh_msra.txt: the MSRA NER
+corpus, one character and its tag per line, a blank line between sentences). Writes into
+--output_dir:
+
+  conll/train.txt, conll/dev.txt, conll/test.txt   sentences drawn without replacement
+      (shuffled with --seed), as many as --train_sentences / --dev_sentences /
+      --test_sentences; sentences longer than --max_chars characters are skipped (counted).
+  vocab.txt           [PAD] [UNK] [CLS] [SEP] [MASK] and every token the sampled characters
+                      need (benchmarks/make_review_data.build_vocab).
+  bert_config.json    --hidden_size, --num_hidden_layers (heads = hidden / 64).
+
+Prints one JSON line: counts, tags and the skipped sentences.
+
+  python benchmarks/make_ner_subset.py --conll dh_msra.txt --output_dir /tmp/msra
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import make_review_data  # pylint: disable=wrong-import-position
+
+
+def read_sentences(path):
+  """Lists of (token, tag) lines; a blank line ends a sentence."""
+  sentences, current = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      fields = line.split()
+      if not fields:
+        if current:
+          sentences.append(current)
+        current = []
+      elif len(fields) >= 2:
+        current.append((fields[0], fields[-1]))
+  if current:
+    sentences.append(current)
+  return sentences
+
+
+def write_conll(path, sentences):
+  with open(path, "w", encoding="utf-8") as f:
+    for sentence in sentences:
+      f.write("".join("%s %s\n" % pair for pair in sentence) + "\n")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--conll", required=True)
+  parser.add_argument("--output_dir", required=True)
+  parser.add_argument("--train_sentences", type=int, default=4000)
+  parser.add_argument("--dev_sentences", type=int, default=500)
+  parser.add_argument("--test_sentences", type=int, default=500)
+  parser.add_argument("--max_chars", type=int, default=126)
+  parser.add_argument("--hidden_size", type=int, default=128)
+  parser.add_argument("--num_hidden_layers", type=int, default=2)
+  parser.add_argument("--seed", type=int, default=12345)
+  args = parser.parse_args()
+  sentences = read_sentences(args.conll)
+  kept = [s for s in sentences if len(s) <= args.max_chars]
+  random.Random(args.seed).shuffle(kept)
+  counts = (args.train_sentences, args.dev_sentences, args.test_sentences)
+  splits, start = {}, 0
+  for name, count in zip(("train", "dev", "test"), counts):
+    splits[name] = kept[start:start + count]
+    start += count
+  os.makedirs(os.path.join(args.output_dir, "conll"), exist_ok=True)
+  for name, split in splits.items():
+    write_conll(os.path.join(args.output_dir, "conll", name + ".txt"), split)
+  texts = ["".join(token for token, _ in s) for split in splits.values() for s in split]
+  vocab = make_review_data.build_vocab(texts)
+  with open(os.path.join(args.output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+    f.write("".join(token + "\n" for token in vocab))
+  config = make_review_data.bert_config(args.hidden_size, args.num_hidden_layers, len(vocab))
+  with open(os.path.join(args.output_dir, "bert_config.json"), "w", encoding="utf-8") as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+  tags = sorted(set(tag for split in splits.values() for s in split for _, tag in s))
+  print(json.dumps({"sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
+                    "train": len(splits["train"]), "dev": len(splits["dev"]),
+                    "test": len(splits["test"]), "tags": tags, "vocab_size": len(vocab)},
+                   ensure_ascii=False))
+
+
+if __name__ == "__main__":
+  main()
