@@ -1336,15 +1336,16 @@ def _serialize(feature_map):
   return example.SerializeToString(deterministic=True)
 
 
-def input_feature_spec(max_seq_length, multi_label_count=None):
-  """The tf.FixedLenFeature dict that parses the records write_features writes.
+def input_feature_spec(max_seq_length, multi_label_count=None, windows=False):
+  """The feature dict that parses the records write_features writes.
 
   Args:
     max_seq_length: the records' sequence length.
     multi_label_count: None for one label id per record; with --multi_label, the number of
       labels (label_ids is then a multi-hot [multi_label_count]).
+    windows: records of --long_text=windows (tfrecord_io.windowed_feature_spec).
   """
-  return {
+  spec = {
       "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
@@ -1352,6 +1353,7 @@ def input_feature_spec(max_seq_length, multi_label_count=None):
           [multi_label_count] if multi_label_count is not None else [], tf.int64),
       "is_real_example": tf.FixedLenFeature([], tf.int64),
   }
+  return tfrecord_io.windowed_feature_spec(spec) if windows else spec
 
 
 def _check_vocab(vocab_file):
@@ -1666,6 +1668,58 @@ def _remove_stale_caches(output_dir, split, keep_names):
     if match and match.group("split") == split and name not in keep_names:
       _LOGGER.info("removing stale cached features %s", os.path.join(output_dir, name))
       os.remove(os.path.join(output_dir, name))
+
+
+def cached_split_features(splits, processor, data_dir, cache_dir, pool, **settings):
+  """{split: TFRecord path} of each split through cached_features (featurized only when no
+  valid cache exists).
+
+  Args:
+    splits: dict split -> list of InputExample.
+    processor: their DataProcessor (its input_files are part of the cache key).
+    data_dir: --data_dir.
+    cache_dir: where the caches live.
+    pool: a FeaturizingPool.
+    **settings: label_list, max_seq_length, vocab_file, do_lower_case, task_name, options.
+  """
+  return {split: cached_features(split, processor.input_files(data_dir, split), examples,
+                                 output_dir=cache_dir, pool=pool, **settings)[0]
+          for split, examples in splits.items()}
+
+
+def _one_line(text):
+  return " ".join((text or "").split())
+
+
+def example_rows(examples, columns, details, gold_column, separator=","):
+  """The rows of predict_detail.tsv: a header, then per example its id, text_a, text_b
+  (when any example has one), its `details` and its gold label (when any has one), each
+  field on one line.
+
+  Args:
+    examples: the InputExamples, in order.
+    columns: the header of the detail fields.
+    details: per example, a list of strings.
+    gold_column: the header of the gold field.
+    separator: joins a multi-label gold set.
+
+  Returns:
+    list of lists of strings.
+  """
+  has_text_b = any(e.text_b is not None for e in examples)
+  has_gold = any(e.label is not None for e in examples)
+  rows = [["id", "text_a"] + (["text_b"] if has_text_b else []) + list(columns) +
+          ([gold_column] if has_gold else [])]
+  for example, detail in zip(examples, details):
+    fields = [_one_line(str(example.guid)), _one_line(example.text_a)]
+    if has_text_b:
+      fields.append(_one_line(example.text_b))
+    fields += detail
+    if has_gold:
+      gold = example.label
+      fields.append(_one_line(separator.join(gold) if isinstance(gold, tuple) else gold))
+    rows.append(fields)
+  return rows
 
 
 def cached_features(split, examples_file_paths, examples, label_list, max_seq_length,

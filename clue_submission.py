@@ -33,6 +33,14 @@ def _task(task_name):
   return (task_name or "").strip().lower()
 
 
+def define_flags(flags):
+  """run_classifier_mgpu.py's --clue_submission (`flags`: tf.flags)."""
+  flags.DEFINE_bool("clue_submission", False, "With --do_predict on a CLUE task (" +
+                    ", ".join(CLUE_TASKS) + "): also write the leaderboard's "
+                    "output_dir/<task_name>_predict.json, {\"id\": ..., \"label\": ...} per "
+                    "test example, and its copy under the CLUE 1.1 name where that differs.")
+
+
 def check_flags(task_name, do_predict):
   """Raises UsageError unless a --clue_submission run can write its files.
 

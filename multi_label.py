@@ -38,6 +38,20 @@ def define_flags(flags):
                       "runs, export and predict_text.py use unless this flag is given.")
 
 
+def eval_results_key(best_metric, given, is_multi_label):
+  """The eval_results.txt key of --best_metric: micro_f1 unless `given` with --multi_label.
+
+  Raises:
+    UsageError: micro_f1 without --multi_label.
+  """
+  if is_multi_label and not given:
+    best_metric = "micro_f1"
+  elif best_metric == "micro_f1" and not is_multi_label:
+    raise UsageError("--best_metric=micro_f1 scores multi-label runs: pass --multi_label, or "
+                     "use accuracy or macro_f1.")
+  return {"accuracy": "eval_accuracy"}.get(best_metric, best_metric)
+
+
 def unread_flags(is_multi_label):
   """{flag name: the setting that reads it} of the flags a run without --multi_label
   ignores (command_line.refuse_unread_flags)."""

@@ -11,6 +11,7 @@ No TensorFlow import: the data modules write through these without loading the m
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import shutil
@@ -112,6 +113,13 @@ def atomic_write_text(path, text):
   """
   with atomic_output(path) as f:
     f.write(text)
+
+
+def write_eval_report(output_dir, text, content, sort_keys=False):
+  """output_dir/eval_report.txt (`text`, for a person) and eval_report.json (`content`)."""
+  atomic_write_text(os.path.join(output_dir, "eval_report.txt"), text)
+  atomic_write_text(os.path.join(output_dir, "eval_report.json"), json.dumps(
+      content, ensure_ascii=False, indent=2, sort_keys=sort_keys) + "\n")
 
 
 def format_key_values(values):

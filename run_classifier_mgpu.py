@@ -17,7 +17,6 @@ output_dir and needs no data.
 """
 
 import contextlib
-import json
 import os
 
 import numpy as np
@@ -119,20 +118,6 @@ def model_fn_of(files, bert_config):
 # Output files
 # ---------------------------------------------------------------------------
 
-def _one_line(text):
-  return " ".join((text or "").split())
-
-
-def write_eval_reports(output_dir, metrics, report):
-  """eval_report.txt (for a person) and eval_report.json, beside eval_results.txt."""
-  formatter = (multi_label.format_eval_report if "per_label" in report else
-               classifier_metrics.format_eval_report)
-  atomic_write_text(os.path.join(output_dir, "eval_report.txt"), formatter(metrics, report))
-  atomic_write_text(os.path.join(output_dir, "eval_report.json"),
-                    json.dumps(dict(report, metrics=metrics), ensure_ascii=False, indent=2)
-                    + "\n")
-
-
 def write_predict_outputs(output_dir, examples, probabilities, label_list, thresholds=None,
                           separator=","):
   """predict.txt (label names), test_results.tsv (Google's) and predict_detail.tsv.
@@ -161,21 +146,10 @@ def write_predict_outputs(output_dir, examples, probabilities, label_list, thres
                     "".join(labels + "\n" for labels in predicted))
   atomic_write_text(os.path.join(output_dir, "test_results.tsv"), "".join(
       "\t".join(str(p) for p in row) + "\n" for row in probabilities))
-  has_text_b = any(e.text_b is not None for e in examples)
-  has_gold = any(e.label is not None for e in examples)
-  header = ["id", "text_a"] + (["text_b"] if has_text_b else []) + columns + (
-      ["gold_label" if thresholds is None else "gold_labels"] if has_gold else [])
-  rows = ["\t".join(header)]
-  for example, detail in zip(examples, details):
-    fields = [_one_line(str(example.guid)), _one_line(example.text_a)]
-    if has_text_b:
-      fields.append(_one_line(example.text_b))
-    fields += detail
-    if has_gold:
-      gold = example.label
-      fields.append(_one_line(separator.join(gold) if isinstance(gold, tuple) else gold))
-    rows.append("\t".join(fields))
-  atomic_write_text(os.path.join(output_dir, "predict_detail.tsv"), "\n".join(rows) + "\n")
+  atomic_write_text(os.path.join(output_dir, "predict_detail.tsv"), "".join(
+      "\t".join(row) + "\n" for row in classifier_data.example_rows(
+          examples, columns, details, "gold_label" if thresholds is None else "gold_labels",
+          separator)))
 
 
 # ---------------------------------------------------------------------------
@@ -210,10 +184,7 @@ def define_flags():
                     "the texts as single tokens (e.g. blanked texts for a pair classifier "
                     "after --pretraining_task=pair_span); default: split them, as Google's "
                     "tokenizer does. Kept in model_settings.json for predict_text.py.")
-  flags.DEFINE_bool("clue_submission", False, "With --do_predict on a CLUE task (" +
-                    ", ".join(clue_submission.CLUE_TASKS) + "): also write the leaderboard's "
-                    "output_dir/<task_name>_predict.json, {\"id\": ..., \"label\": ...} per "
-                    "test example, and its copy under the CLUE 1.1 name where that differs.")
+  clue_submission.define_flags(flags)
   flags.DEFINE_string("export_dir", None, "Export the trained classifier as a SavedModel into "
                       "the next numbered version directory here (TF Serving's layout); alone, "
                       "it exports the model in --output_dir and needs no --data_dir.")
@@ -234,6 +205,12 @@ def feature_options():
   return classifier_data.FeatureOptions(
       FLAGS.literal_special_tokens, FLAGS.multi_label, FLAGS.label_separator,
       FLAGS.long_text, FLAGS.head_tokens, FLAGS.doc_stride, FLAGS.max_windows)
+
+
+def best_metric_key():
+  """The eval_results.txt key of --best_metric (multi_label.eval_results_key)."""
+  return multi_label.eval_results_key(FLAGS.best_metric, FLAGS["best_metric"].present,
+                                      FLAGS.multi_label)
 
 
 def threshold_choice():
@@ -258,14 +235,6 @@ def check_head(checkpoint, is_multi_label):
                          is_multi_label, MULTI_LABEL_SCOPE)
 
 
-def best_metric_key():
-  """The eval_results.txt key of --best_metric (micro_f1 by default with --multi_label)."""
-  metric = FLAGS.best_metric
-  if FLAGS.multi_label and not FLAGS["best_metric"].present:
-    metric = "micro_f1"
-  return {"accuracy": "eval_accuracy"}.get(metric, metric)
-
-
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig (None
   when only exporting: the config then comes from output_dir)."""
@@ -280,9 +249,7 @@ def check_flags():
     raise UsageError("--num_workers=%d: use 0 (all cores) or more." % FLAGS.num_workers)
   if FLAGS.multi_label:
     threshold_choice().check(FLAGS.do_eval)
-  elif FLAGS.best_metric == "micro_f1":
-    raise UsageError("--best_metric=micro_f1 scores multi-label runs: pass --multi_label, or "
-                     "use accuracy or macro_f1.")
+  best_metric_key()
   command_line.refuse_unread_flags(FLAGS, dict(long_text.unread_flags(FLAGS.long_text),
                                                 **multi_label.unread_flags(FLAGS.multi_label)))
   long_text.check_options(feature_options(), FLAGS.max_seq_length)
@@ -332,15 +299,12 @@ def prepare_output_dir(splits, label_list, processor):
       classifier_data.write_label_list(FLAGS.output_dir, label_list)
       serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
                                model_settings())
-    record_files = {}
-    for split, examples in splits.items():
-      with phases.timed("featurize"):
-        record_files[split] = classifier_data.cached_features(
-            split, examples_file_paths=processor.input_files(FLAGS.data_dir, split),
-            examples=examples, label_list=label_list, max_seq_length=FLAGS.max_seq_length,
-            vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-            task_name=FLAGS.task_name, output_dir=config.cache_dir, pool=pool,
-            options=feature_options())[0]
+    with phases.timed("featurize"):
+      record_files = classifier_data.cached_split_features(
+          splits, processor, FLAGS.data_dir, config.cache_dir, pool, label_list=label_list,
+          max_seq_length=FLAGS.max_seq_length, vocab_file=FLAGS.vocab_file,
+          do_lower_case=FLAGS.do_lower_case, task_name=FLAGS.task_name,
+          options=feature_options())
   return config, record_files
 
 
@@ -359,13 +323,11 @@ def main(_):
       [split for split, flag in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
                                  ("test", FLAGS.do_predict)) if flag])
   config, record_files = prepare_output_dir(splits, label_list, processor)
+  windows = FLAGS.long_text == "windows"
   spec = classifier_data.input_feature_spec(
-      FLAGS.max_seq_length, len(label_list) if FLAGS.multi_label else None)
-  window_pooling = None
-  if FLAGS.long_text == "windows":
-    spec = tfrecord_io.windowed_feature_spec(spec)
-    window_pooling = FLAGS.window_pooling
-  model_fn = create_model_fn(bert_config, len(label_list), FLAGS.multi_label, window_pooling)
+      FLAGS.max_seq_length, len(label_list) if FLAGS.multi_label else None, windows)
+  model_fn = create_model_fn(bert_config, len(label_list), FLAGS.multi_label,
+                             FLAGS.window_pooling if windows else None)
 
   def make_dataset(split, batch_size):
     return lambda: tfrecord_io.make_dataset([record_files[split]], spec, batch_size,
@@ -411,9 +373,12 @@ def evaluate_and_predict(inference, dev_metrics, splits, label_list):
     metrics, dev_outputs = inference.evaluate("eval", dev_metrics)
   thresholds = (threshold_choice().save(dev_outputs, label_list) if FLAGS.multi_label else
                 None)
-  if FLAGS.do_eval:
-    write_eval_reports(FLAGS.output_dir, metrics,
-                       scores(dev_outputs, label_list, thresholds)[1])
+  if FLAGS.do_eval:  # eval_report.txt (for a person) and .json beside eval_results.txt
+    report = scores(dev_outputs, label_list, thresholds)[1]
+    formatter = (multi_label.format_eval_report if FLAGS.multi_label else
+                 classifier_metrics.format_eval_report)
+    output_files.write_eval_report(FLAGS.output_dir, formatter(metrics, report),
+                                   dict(report, metrics=metrics))
   if FLAGS.do_predict:
     outputs = inference.outputs("predict")
     if len(outputs["probabilities"]) != len(splits["test"]):

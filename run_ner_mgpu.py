@@ -177,10 +177,8 @@ def ner_metrics(split, outputs, label_list, scheme):
 
 def write_eval_reports(output_dir, result):
   """eval_report.txt (per entity type, for a person) and eval_report.json."""
-  atomic_write_text(os.path.join(output_dir, "eval_report.txt"),
-                    ner_scoring.format_report(result))
-  atomic_write_text(os.path.join(output_dir, "eval_report.json"),
-                    json.dumps(result, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+  output_files.write_eval_report(output_dir, ner_scoring.format_report(result), result,
+                                 sort_keys=True)
 
 
 def write_predictions(output_dir, split, data_format, tags):

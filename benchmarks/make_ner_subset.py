@@ -76,16 +76,12 @@ def main():
   for name, split in splits.items():
     write_conll(os.path.join(args.output_dir, "conll", name + ".txt"), split)
   texts = ["".join(token for token, _ in s) for split in splits.values() for s in split]
-  vocab = make_review_data.build_vocab(texts)
-  with open(os.path.join(args.output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
-    f.write("".join(token + "\n" for token in vocab))
-  config = make_review_data.bert_config(args.hidden_size, args.num_hidden_layers, len(vocab))
-  with open(os.path.join(args.output_dir, "bert_config.json"), "w", encoding="utf-8") as f:
-    json.dump(config, f, indent=2, sort_keys=True)
+  vocab_size = make_review_data.write_model_files(args.output_dir, texts, args.hidden_size,
+                                                 args.num_hidden_layers)
   tags = sorted(set(tag for split in splits.values() for s in split for _, tag in s))
   print(json.dumps({"sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
                     "train": len(splits["train"]), "dev": len(splits["dev"]),
-                    "test": len(splits["test"]), "tags": tags, "vocab_size": len(vocab)},
+                    "test": len(splits["test"]), "tags": tags, "vocab_size": vocab_size},
                    ensure_ascii=False))
 
 

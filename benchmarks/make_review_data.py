@@ -70,6 +70,18 @@ def bert_config(hidden_size, num_hidden_layers, vocab_size):
           "vocab_size": vocab_size}
 
 
+def write_model_files(output_dir, texts, hidden_size, num_hidden_layers):
+  """vocab.txt (build_vocab of `texts`) and bert_config.json (bert_config); returns the
+  vocab size."""
+  vocab = build_vocab(texts)
+  with open(os.path.join(output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+    f.write("".join(token + "\n" for token in vocab))
+  with open(os.path.join(output_dir, "bert_config.json"), "w", encoding="utf-8") as f:
+    json.dump(bert_config(hidden_size, num_hidden_layers, len(vocab)), f, indent=2,
+              sort_keys=True)
+  return len(vocab)
+
+
 def write_tsv(path, rows):
   with open(path, "w", encoding="utf-8") as f:
     f.write("label\ttext_a\n")
@@ -96,17 +108,13 @@ def main():
     write_tsv(os.path.join(args.output_dir, name + ".tsv"), split_rows)
   with open(os.path.join(args.output_dir, "labels.txt"), "w", encoding="utf-8") as f:
     f.write("".join(label + "\n" for label in sorted(set(label for label, _ in rows))))
-  vocab = build_vocab(text for _, text in rows)
-  with open(os.path.join(args.output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
-    f.write("".join(token + "\n" for token in vocab))
-  config = bert_config(args.hidden_size, args.num_hidden_layers, len(vocab))
-  with open(os.path.join(args.output_dir, "bert_config.json"), "w", encoding="utf-8") as f:
-    json.dump(config, f, indent=2, sort_keys=True)
+  vocab_size = write_model_files(args.output_dir, [text for _, text in rows],
+                                 args.hidden_size, args.num_hidden_layers)
   lengths = sorted(len(text) for _, text in splits["train"])
   def quantile(q):
     return lengths[min(len(lengths) - 1, int(q * len(lengths)))]
   print(json.dumps({"train": len(splits["train"]), "dev": n_dev, "test": n_test,
-                    "empty_left_out": empty, "vocab_size": len(vocab),
+                    "empty_left_out": empty, "vocab_size": vocab_size,
                     "train_chars_median": quantile(0.5), "p90": quantile(0.9),
                     "p99": quantile(0.99), "max": lengths[-1],
                     "share_over_126": sum(l > 126 for l in lengths) / float(len(lengths))}))
