@@ -13,11 +13,18 @@ watchdog are cluster.py's.
 
 import contextlib
 import re
+import time
+
+try:
+  import resource
+except ImportError:  # not on Windows
+  resource = None
 
 import tensorflow.compat.v1 as tf
 
 import cluster
 import multigpu
+import phases
 from errors import UsageError, WorkerLost
 
 # The settings every worker must share (different flags or data would make their
@@ -27,6 +34,30 @@ _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_s
 
 # Training sessions that must not be closed (nor garbage-collected, which closes them).
 _SESSIONS_LEFT_OPEN = []
+
+
+# A close slower than this is named in the log (TF's close waits for every pending op and
+# input thread; a slow one would otherwise be unexplained "other" time in the phase log).
+_SLOW_CLOSE_SECONDS = 2.0
+
+
+def _disk_reads():
+  """(major page faults, blocks read) of this process so far; (0, 0) where unknown."""
+  if resource is None:
+    return 0, 0
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_majflt, usage.ru_inblock
+
+
+def _count_close(seconds, reads_before):
+  """Counts closing the training session as the phase "close", naming a slow one with the
+  disk reads it needed (code of TensorFlow's library evicted from memory while training
+  ran has to be read back)."""
+  phases.add("close", seconds)
+  if seconds > _SLOW_CLOSE_SECONDS:
+    faults, blocks = (after - before for after, before in zip(_disk_reads(), reads_before))
+    tf.logging.warning("Closing the training session took %.1f s (%d major page faults, "
+                       "%.1f MB read).", seconds, faults, blocks * 512 / 1e6)
 
 
 class Peers(object):
@@ -62,6 +93,8 @@ class Peers(object):
     if self.alone:
       with tf.Session(graph=graph, config=self.plan.session_config()) as sess:
         yield sess
+        closing, reads = time.time(), _disk_reads()  # not reached on an error
+      _count_close(time.time() - closing, reads)
       return
     try:
       server = cluster.start_server(self.cluster, self.plan.session_config())

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Where a whole job's wall time goes: import, featurize, build, train, eval, predict.
+"""Where a whole job's wall time goes: import, featurize, build, train, eval, predict, close.
 
 The run scripts and the loop wrap each phase in `timed(name)`; command_line.run_main
 records the import time when main starts and logs the breakdown when the run ends. A
@@ -17,7 +17,7 @@ import time
 _IMPORTED_AT = time.time()
 
 # The order of the log; a phase not listed here comes after them.
-PHASE_ORDER = ("import", "featurize", "build", "restore", "train", "eval", "predict")
+PHASE_ORDER = ("import", "featurize", "build", "restore", "train", "eval", "predict", "close")
 
 
 def process_start_time():
@@ -80,6 +80,11 @@ _TIMER = PhaseTimer()
 def timed(name):
   """A context that counts its wall time as phase `name` of this process's job."""
   return _TIMER.timed(name)
+
+
+def add(name, seconds):
+  """Counts `seconds` measured by the caller as phase `name` (outside any timed() phase)."""
+  _TIMER.add(name, seconds)
 
 
 def record_import():

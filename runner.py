@@ -21,6 +21,7 @@ import multigpu
 import output_files
 import phases
 import preemption
+import tfrecord_io
 from errors import TrainingDiverged, UsageError, write_error
 from peers import Peers
 
@@ -162,7 +163,7 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
     if config.random_seed is not None:
       tf.set_random_seed(config.random_seed)
     skip_batches = tf.placeholder(tf.int64, [], name="skip_batches")
-    train_iterator = tf.data.make_initializable_iterator(make_train_dataset(skip_batches))
+    train_iterator = _input_iterator(make_train_dataset(skip_batches))
     features = multigpu.worker_slice(train_iterator.get_next(), plan)
     if config.random_seed is not None and config.cluster is not None:
       # Every worker reads the same shuffled batches (the seed above), but draws its own
@@ -176,7 +177,7 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
     peers.build_start()
     eval_iterator = eval_outputs = None
     if start.eval_spec is not None:
-      eval_iterator = tf.data.make_initializable_iterator(start.eval_spec.make_dataset())
+      eval_iterator = _input_iterator(start.eval_spec.make_dataset())
       eval_outputs = multigpu.build_inference(
           plan, model_fn, eval_iterator.get_next(), config.global_eval_batch_size,
           config.devices.precision, config.devices.use_xla)
@@ -225,7 +226,7 @@ def _build_inference_towers(config, model_fn, inference, eval_spec, eval_towers)
         batch_size == config.global_eval_batch_size):
       towers[name] = eval_towers
       continue
-    iterator = tf.data.make_initializable_iterator(make_dataset())
+    iterator = _input_iterator(make_dataset())
     towers[name] = (iterator, multigpu.build_inference(
         config.plan, model_fn, iterator.get_next(), batch_size, config.devices.precision,
         config.devices.use_xla))
@@ -518,6 +519,12 @@ class _Progress(object):
 # Evaluation and prediction
 # ---------------------------------------------------------------------------
 
+def _input_iterator(dataset):
+  """An initializable iterator over `dataset`, with tf.data's autotuning off
+  (tfrecord_io.without_autotune: otherwise closing a session can wait up to a minute)."""
+  return tf.data.make_initializable_iterator(tfrecord_io.without_autotune(dataset))
+
+
 def _run_to_end(sess, iterator, outputs):
   """Runs `outputs` over one pass of `iterator`; returns dict name -> concatenated arrays."""
   sess.run(iterator.initializer)
@@ -551,7 +558,7 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
   plan = config.plan.for_inference()
   graph = tf.Graph()
   with graph.as_default(), phases.timed("build"):
-    iterator = tf.data.make_initializable_iterator(make_dataset())
+    iterator = _input_iterator(make_dataset())
     outputs = multigpu.build_inference(plan, model_fn, iterator.get_next(), batch_size,
                                        config.devices.precision, config.devices.use_xla)
     missing = checkpoints.missing_variables(checkpoint_path, tf.global_variables())

@@ -276,6 +276,23 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
   return dataset.prefetch(2)
 
 
+def without_autotune(dataset):
+  """`dataset` with tf.data's autotuning off.
+
+  Our pipelines set their own parallelism and buffer sizes, so the autotuner has nothing to
+  tune. On TF 2.x its thread sleeps between rounds, for up to 60 s once a job has run a few
+  minutes, and destroying the iterator waits for it to wake: closing the training session
+  of an 8-epoch NER job took 8 to 31 s in some runs (gdb: ~IteratorResource waiting for
+  Model::OptimizeLoop; docs/PERFORMANCE.md, "The stall after prediction").
+  """
+  options = tf.data.Options()
+  if hasattr(options, "autotune"):
+    options.autotune.enabled = False  # TF 2.x
+  else:
+    options.experimental_optimization.autotune = False  # TF 1.15
+  return dataset.with_options(options)
+
+
 def int64_feature(values):
   """A tf.train.Feature of int64 values."""
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))

@@ -16,13 +16,22 @@ to --output_dir/predict.txt (one label per line, in input order).
 
 Labels: data_dir/labels.txt if it exists, else the sorted labels of train.tsv (as ours).
 
+--multi_label: the peer of `run_classifier_mgpu.py --multi_label` at its default threshold:
+the label field holds zero or more labels split at --label_separator (an empty field is no
+label; labels.txt, else the sorted single labels of train.tsv), the head is
+BertForSequenceClassification(problem_type="multi_label_classification") (one sigmoid per
+label, binary cross-entropy), a label is predicted when its probability is at least 0.5,
+predict.txt has each example's labels joined by the separator (an empty line for none), and
+the dev figures are micro-F1, macro-F1 and exact match (score_multi_label.scores, the
+scorer ours uses).
+
 Prints one JSON line: seconds of featurize, train, eval, predict and total (wall
 clock, including model building), training examples/sec and the dev accuracy.
 
   python benchmarks/hf_finetune.py --data_dir D --vocab_file D/vocab.txt \
       --bert_config_file D/bert_config.json --output_dir OUT \
       [--max_seq_length 128] [--train_batch_size 32] [--learning_rate 5e-5] \
-      [--num_train_epochs 3] [--threads N] [--seed 12345]
+      [--num_train_epochs 3] [--threads N] [--seed 12345] [--multi_label]
 """
 
 import argparse
@@ -38,6 +47,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_common  # pylint: disable=wrong-import-position
+import score_multi_label  # pylint: disable=wrong-import-position
 
 
 def parse_args(argv=None):
@@ -55,6 +65,9 @@ def parse_args(argv=None):
   p.add_argument("--warmup_proportion", type=float, default=0.1)
   p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: all cores")
   p.add_argument("--seed", type=int, default=12345)
+  p.add_argument("--multi_label", action="store_true",
+                 help="zero or more labels per example, one sigmoid each, threshold 0.5")
+  p.add_argument("--label_separator", default=",", help="between labels, with --multi_label")
   return p.parse_args(argv)
 
 
@@ -103,8 +116,21 @@ def load_tokenizer(vocab_file, do_lower_case):
   return tokenizer
 
 
-def featurize(tokenizer, examples, label_ids, max_seq_length):
-  """Tokenizes (truncating to max_seq_length, no padding) into a list of feature dicts."""
+def label_target(label, label_ids, separator):
+  """The training target of one label field: its class id, or with a separator (multi-label)
+  the multi-hot float list of its labels. An unknown label ends the program."""
+  labels = [label] if separator is None else score_multi_label.split_labels(label, separator)
+  for one in labels:
+    if one not in label_ids:
+      sys.exit("label %r is not in the label list %s" % (one, sorted(label_ids)))
+  if separator is None:
+    return label_ids[label]
+  return [1.0 if name in labels else 0.0 for name in label_ids]
+
+
+def featurize(tokenizer, examples, label_ids, max_seq_length, separator=None):
+  """Tokenizes (truncating to max_seq_length, no padding) into a list of feature dicts.
+  `separator` (multi-label) splits label fields into several labels."""
   texts_a = [e[1] for e in examples]
   texts_b = [e[2] for e in examples] if any(e[2] is not None for e in examples) else None
   encoded = tokenizer(texts_a, texts_b, truncation=True, max_length=max_seq_length)
@@ -112,15 +138,14 @@ def featurize(tokenizer, examples, label_ids, max_seq_length):
   for i, example in enumerate(examples):
     feature = {key: encoded[key][i] for key in ("input_ids", "token_type_ids", "attention_mask")}
     if label_ids is not None:
-      if example[0] not in label_ids:
-        sys.exit("label %r is not in the label list %s" % (example[0], sorted(label_ids)))
-      feature["labels"] = label_ids[example[0]]
+      feature["labels"] = label_target(example[0], label_ids, separator)
     features.append(feature)
   return features
 
 
-def predict(model, features, collator, batch_size):
-  """Predicted label ids of `features`, in order; batches padded to their longest."""
+def predict(model, features, collator, batch_size, multi_label=False):
+  """Predicted label ids of `features`, in order; batches padded to their longest. With
+  multi_label, per example the list of label ids whose probability is at least 0.5."""
   model.eval()
   loader = torch.utils.data.DataLoader(features, batch_size=batch_size, shuffle=False,
                                        collate_fn=collator)
@@ -128,7 +153,12 @@ def predict(model, features, collator, batch_size):
   with torch.inference_mode():
     for batch in loader:
       batch.pop("labels", None)
-      predicted.extend(model(**batch).logits.argmax(-1).tolist())
+      logits = model(**batch).logits
+      if multi_label:
+        chosen = (torch.sigmoid(logits) >= 0.5).tolist()
+        predicted.extend([i for i, on in enumerate(row) if on] for row in chosen)
+      else:
+        predicted.extend(logits.argmax(-1).tolist())
   return predicted
 
 
@@ -148,19 +178,26 @@ def main(argv=None):
   if os.path.isfile(labels_path):
     with open(labels_path, encoding="utf-8") as f:
       labels = [line.strip() for line in f if line.strip()]
+  elif args.multi_label:
+    labels = sorted(set().union(*(score_multi_label.split_labels(e[0], args.label_separator)
+                                  for e in train)))
   else:
     labels = sorted(set(e[0] for e in train))
   label_ids = {label: i for i, label in enumerate(labels)}
+  separator = args.label_separator if args.multi_label else None
 
   start = time.perf_counter()
   tokenizer = load_tokenizer(args.vocab_file, args.do_lower_case)
-  train_features = featurize(tokenizer, train, label_ids, args.max_seq_length)
-  dev_features = featurize(tokenizer, dev, label_ids, args.max_seq_length) if dev else None
+  train_features = featurize(tokenizer, train, label_ids, args.max_seq_length, separator)
+  dev_features = (featurize(tokenizer, dev, label_ids, args.max_seq_length, separator)
+                  if dev else None)
   test_features = featurize(tokenizer, test, None, args.max_seq_length)
   featurize_seconds = time.perf_counter() - start
 
   config = hf_common.hf_bert_config(hf_common.read_google_config(args.bert_config_file),
                                     len(labels))
+  if args.multi_label:
+    config.problem_type = "multi_label_classification"
   model = transformers.BertForSequenceClassification(config)
   collator = transformers.DataCollatorWithPadding(tokenizer)
   loader = torch.utils.data.DataLoader(
@@ -175,22 +212,31 @@ def main(argv=None):
       model, loader, optimizer, scheduler, num_steps)
 
   start = time.perf_counter()
-  dev_accuracy = None
+  dev_accuracy, dev_scores = None, {}
   if dev_features:
-    predicted = predict(model, dev_features, collator, args.predict_batch_size)
-    dev_accuracy = sum(p == f["labels"] for p, f in zip(predicted, dev_features)) / len(predicted)
+    predicted = predict(model, dev_features, collator, args.predict_batch_size, args.multi_label)
+    if args.multi_label:
+      dev_scores = score_multi_label.scores(
+          [score_multi_label.split_labels(e[0], separator) for e in dev],
+          [set(labels[i] for i in ids) for ids in predicted], labels)
+      dev_accuracy = dev_scores["exact_match"]
+    else:
+      dev_accuracy = sum(p == f["labels"] for p, f in zip(predicted, dev_features)) / len(predicted)
   eval_seconds = time.perf_counter() - start
 
   start = time.perf_counter()
-  predicted = predict(model, test_features, collator, args.predict_batch_size)
+  predicted = predict(model, test_features, collator, args.predict_batch_size, args.multi_label)
   predict_path = os.path.join(args.output_dir, "predict.txt")
   with open(predict_path, "w", encoding="utf-8") as f:
-    f.write("".join(labels[i] + "\n" for i in predicted))
+    if args.multi_label:
+      f.write("".join(separator.join(labels[i] for i in ids) + "\n" for ids in predicted))
+    else:
+      f.write("".join(labels[i] + "\n" for i in predicted))
   predict_seconds = time.perf_counter() - start
 
   result = hf_common.versions()
   result.update({
-      "task": "tsv",
+      "task": "tsv multi-label" if args.multi_label else "tsv",
       "featurize_seconds": round(featurize_seconds, 3),
       "train_seconds": round(train_seconds, 3),
       "eval_seconds": round(eval_seconds, 3),
@@ -202,6 +248,7 @@ def main(argv=None):
       "final_loss": round(loss, 4),
       "dev_accuracy": None if dev_accuracy is None else round(dev_accuracy, 4),
       "dev_examples": len(dev) if dev else 0,
+      **{"dev_" + key: value for key, value in dev_scores.items()},
       "test_examples": len(test),
       "train_batch_size": args.train_batch_size,
       "max_seq_length": args.max_seq_length,

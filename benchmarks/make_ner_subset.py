@@ -12,6 +12,15 @@ corpus, one character and its tag per line, a blank line between sentences). Wri
                       need (benchmarks/make_review_data.build_vocab).
   bert_config.json    --hidden_size, --num_hidden_layers (heads = hidden / 64).
 
+With --multi_label, also a multi-label classification set of the same sentences (a sentence
+labelled with the entity types it mentions, so real human annotations: "a sentence names a
+person and a place"):
+
+  multi_label/train.tsv, dev.tsv, test.tsv   header `label<TAB>text_a`: the types joined by
+                      `,` in sorted order (an empty field when the sentence has no entity),
+                      the sentence's characters joined.
+  multi_label/labels.txt   the entity types, sorted.
+
 Prints one JSON line: counts, tags and the skipped sentences.
 
   python benchmarks/make_ner_subset.py --conll dh_msra.txt --output_dir /tmp/msra
@@ -52,6 +61,27 @@ def write_conll(path, sentences):
       f.write("".join("%s %s\n" % pair for pair in sentence) + "\n")
 
 
+def entity_types(sentence):
+  """The sorted entity types a sentence's tags mention (B-PER, I-LOC, S-ORG, ... -> type)."""
+  return sorted(set(tag.split("-", 1)[1] for _, tag in sentence if "-" in tag))
+
+
+def write_multi_label(directory, splits):
+  """The entity-type multi-label set of the sampled sentences (see the module doc)."""
+  os.makedirs(directory, exist_ok=True)
+  for name, split in splits.items():
+    with open(os.path.join(directory, name + ".tsv"), "w", encoding="utf-8") as f:
+      f.write("label\ttext_a\n" + "".join(
+          "%s\t%s\n" % (",".join(entity_types(s)), "".join(token for token, _ in s))
+          for s in split))
+  types = sorted(set(t for split in splits.values() for s in split for t in entity_types(s)))
+  with open(os.path.join(directory, "labels.txt"), "w", encoding="utf-8") as f:
+    f.write("".join(t + "\n" for t in types))
+  return {name: {"no_entity": sum(1 for s in split if not entity_types(s)),
+                 "several_types": sum(1 for s in split if len(entity_types(s)) > 1)}
+          for name, split in splits.items()}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--conll", required=True)
@@ -63,6 +93,8 @@ def main():
   parser.add_argument("--hidden_size", type=int, default=128)
   parser.add_argument("--num_hidden_layers", type=int, default=2)
   parser.add_argument("--seed", type=int, default=12345)
+  parser.add_argument("--multi_label", action="store_true",
+                      help="also write multi_label/: each sentence's entity types as its labels")
   args = parser.parse_args()
   sentences = read_sentences(args.conll)
   kept = [s for s in sentences if len(s) <= args.max_chars]
@@ -79,7 +111,9 @@ def main():
   vocab_size = make_review_data.write_model_files(args.output_dir, texts, args.hidden_size,
                                                  args.num_hidden_layers)
   tags = sorted(set(tag for split in splits.values() for s in split for _, tag in s))
-  print(json.dumps({"sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
+  multi_label = (write_multi_label(os.path.join(args.output_dir, "multi_label"), splits)
+                 if args.multi_label else None)
+  print(json.dumps({"multi_label": multi_label, "sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
                     "train": len(splits["train"]), "dev": len(splits["dev"]),
                     "test": len(splits["test"]), "tags": tags, "vocab_size": vocab_size},
                    ensure_ascii=False))

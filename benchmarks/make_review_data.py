@@ -2,7 +2,9 @@
 """Turns a `label,review` CSV of real texts into a classifier data set for the benchmarks.
 
 For example SophonPlus/ChineseNlpCorpus's datasets/waimai_10k/waimai_10k.csv (11,987
-food-delivery reviews, label 1 positive / 0 negative; long-tailed lengths). Writes into
+food-delivery reviews, label 1 positive / 0 negative; long-tailed lengths), or its
+online_shopping_10_cats.csv (`cat,label,review`: 62,774 reviews of 10 product categories;
+--text_column=2 labels them by category, --min_chars keeps the long ones). Writes into
 --output_dir:
 
   train.tsv, dev.tsv, test.tsv  header `label<TAB>text_a`; the rows shuffled with --seed and
@@ -26,6 +28,7 @@ for this vocab, so compare frameworks at the same config, not with published fig
 """
 
 import argparse
+import collections
 import csv
 import json
 import os
@@ -40,13 +43,28 @@ import tokenization  # pylint: disable=wrong-import-position
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def read_rows(path):
-  """(label, text) rows of a CSV whose header is label,text (or label,review)."""
-  with open(path, encoding="utf-8", newline="") as f:
+def read_rows(path, label_column=0, text_column=1):
+  """(label, text) rows of a CSV with a header row (label,review; or cat,label,review with
+  label_column 0 and text_column 2 to label by category). The text is every field from
+  text_column on, rejoined with commas (some texts hold unquoted commas); whitespace runs
+  become one space. Returns (rows with a text, count of empty texts)."""
+  with open(path, encoding="utf-8-sig", newline="") as f:
     reader = csv.reader(f)
     next(reader)
-    rows = [(row[0].strip(), " ".join(",".join(row[1:]).split())) for row in reader if row]
+    rows = [(row[label_column].strip(), " ".join(",".join(row[text_column:]).split()))
+            for row in reader if row]
   return [row for row in rows if row[1]], sum(1 for row in rows if not row[1])
+
+
+def keep_rows(rows, min_chars, max_per_label):
+  """The rows of at least min_chars characters, at most max_per_label (0: all) of each
+  label, in the given order."""
+  kept, counts = [], {}
+  for label, text in rows:
+    if len(text) >= min_chars and (not max_per_label or counts.get(label, 0) < max_per_label):
+      kept.append((label, text))
+      counts[label] = counts.get(label, 0) + 1
+  return kept
 
 
 def build_vocab(texts):
@@ -97,9 +115,16 @@ def main():
   parser.add_argument("--hidden_size", type=int, default=256)
   parser.add_argument("--num_hidden_layers", type=int, default=4)
   parser.add_argument("--seed", type=int, default=12345)
+  parser.add_argument("--label_column", type=int, default=0, help="the label's CSV column")
+  parser.add_argument("--text_column", type=int, default=1,
+                      help="the text's first CSV column (the text runs to the row's end)")
+  parser.add_argument("--min_chars", type=int, default=0, help="leave out shorter texts")
+  parser.add_argument("--max_per_label", type=int, default=0,
+                      help="keep at most this many texts of each label (0: all)")
   args = parser.parse_args()
-  rows, empty = read_rows(args.csv)
+  rows, empty = read_rows(args.csv, args.label_column, args.text_column)
   random.Random(args.seed).shuffle(rows)
+  rows = keep_rows(rows, args.min_chars, args.max_per_label)
   n_dev, n_test = int(len(rows) * args.dev_share), int(len(rows) * args.test_share)
   splits = {"dev": rows[:n_dev], "test": rows[n_dev:n_dev + n_test],
             "train": rows[n_dev + n_test:]}
@@ -115,9 +140,11 @@ def main():
     return lengths[min(len(lengths) - 1, int(q * len(lengths)))]
   print(json.dumps({"train": len(splits["train"]), "dev": n_dev, "test": n_test,
                     "empty_left_out": empty, "vocab_size": vocab_size,
+                    "labels": dict(collections.Counter(label for label, _ in rows)),
                     "train_chars_median": quantile(0.5), "p90": quantile(0.9),
                     "p99": quantile(0.99), "max": lengths[-1],
-                    "share_over_126": sum(l > 126 for l in lengths) / float(len(lengths))}))
+                    "share_over_126": sum(l > 126 for l in lengths) / float(len(lengths))},
+                   ensure_ascii=False))
 
 
 if __name__ == "__main__":

@@ -147,3 +147,34 @@ def test_phase_timer_counts_nested_phases_once(monkeypatch):
   monkeypatch.undo()
   assert lines[2].split()[:2] == ["other", "16.00"]
   assert lines[0].split()[0] == "build" and lines[-1].split()[0] == "total"
+
+
+def autotune_setting(dataset):
+  """tf.data's autotune option of `dataset`: None (the default: on), True or False."""
+  options = dataset.options()
+  if hasattr(options, "autotune"):
+    return options.autotune.enabled
+  return options.experimental_optimization.autotune
+
+
+def test_every_iterator_runs_without_tf_data_autotuning(tmp_path, record_files, monkeypatch):
+  # Its thread can hold up closing a session for up to a minute (tfrecord_io.without_autotune).
+  iterated = []
+  make_iterator = runner.tf.data.make_initializable_iterator
+
+  def spy(dataset):
+    iterated.append(autotune_setting(dataset))  # in the dataset's graph
+    return make_iterator(dataset)
+  monkeypatch.setattr(runner.tf.data, "make_initializable_iterator", spy)
+  config = run_config(tmp_path / "model")
+  make_dev = eval_dataset(record_files["dev"])
+  inference = make_inference(config, record_files, eval_dataset(record_files["dev"]))
+  phases.reset()
+  last = runner.train(config, classifier_model_fn(),
+                      train_dataset_fn(record_files["train"], BATCH),
+                      best_first_eval_spec(make_dev), inference)
+  assert len(iterated) == 4  # training, evaluation during training, eval and predict
+  runner.infer(config, classifier_model_fn(), make_dev, BATCH, last)  # a graph of its own
+  assert len(iterated) == 5
+  assert iterated == [False] * 5
+  assert "close" in phases._TIMER.seconds  # pylint: disable=protected-access
