@@ -37,27 +37,38 @@ _SESSIONS_LEFT_OPEN = []
 
 
 # A close slower than this is named in the log (TF's close waits for every pending op and
-# input thread; a slow one would otherwise be unexplained "other" time in the phase log).
+# input thread; a slow one would otherwise be unexplained time in the phase log).
 _SLOW_CLOSE_SECONDS = 2.0
 
 
 def _disk_reads():
-  """(major page faults, blocks read) of this process so far; (0, 0) where unknown."""
+  """(major page faults, blocks read) of this process so far; None where unknown."""
   if resource is None:
-    return 0, 0
+    return None
   usage = resource.getrusage(resource.RUSAGE_SELF)
   return usage.ru_majflt, usage.ru_inblock
 
 
+def _close(sess):
+  """Closes `sess`, counting the time as the phase "close". A slow close is logged with the
+  disk reads it needed, which tells paging in from waiting on a thread."""
+  close_start, reads_before = time.time(), _disk_reads()
+  sess.close()
+  _count_close(time.time() - close_start, reads_before)
+
+
 def _count_close(seconds, reads_before):
-  """Counts closing the training session as the phase "close", naming a slow one with the
-  disk reads it needed (code of TensorFlow's library evicted from memory while training
-  ran has to be read back)."""
+  """Adds `seconds` to the phase "close"; logs a slow close (see _close)."""
   phases.add("close", seconds)
-  if seconds > _SLOW_CLOSE_SECONDS:
-    faults, blocks = (after - before for after, before in zip(_disk_reads(), reads_before))
-    tf.logging.warning("Closing the training session took %.1f s (%d major page faults, "
-                       "%.1f MB read).", seconds, faults, blocks * 512 / 1e6)
+  if seconds <= _SLOW_CLOSE_SECONDS:
+    return
+  if reads_before is None:
+    tf.logging.warning("Closing the training session took %.1f s.", seconds)
+    return
+  reads_after = _disk_reads()
+  faults, blocks = reads_after[0] - reads_before[0], reads_after[1] - reads_before[1]
+  tf.logging.warning("Closing the training session took %.1f s (%d major page faults, "
+                     "%.1f MB read).", seconds, faults, blocks * 512 / 1e6)
 
 
 class Peers(object):
@@ -93,8 +104,8 @@ class Peers(object):
     if self.alone:
       with tf.Session(graph=graph, config=self.plan.session_config()) as sess:
         yield sess
-        closing, reads = time.time(), _disk_reads()  # not reached on an error
-      _count_close(time.time() - closing, reads)
+        close_start, reads_before = time.time(), _disk_reads()  # not reached on an error
+      _count_close(time.time() - close_start, reads_before)
       return
     try:
       server = cluster.start_server(self.cluster, self.plan.session_config())
@@ -113,7 +124,7 @@ class Peers(object):
       # session stays open until the process exits, which does not wait.
       _SESSIONS_LEFT_OPEN.append(sess)
     else:
-      sess.close()
+      _close(sess)
 
   def run(self, sess, fetches, feed_dict=None):
     """sess.run of ops that wait on other workers: a lost peer becomes one line."""

@@ -281,9 +281,10 @@ def without_autotune(dataset):
 
   Our pipelines set their own parallelism and buffer sizes, so the autotuner has nothing to
   tune. On TF 2.x its thread sleeps between rounds, for up to 60 s once a job has run a few
-  minutes, and destroying the iterator waits for it to wake: closing the training session
-  of an 8-epoch NER job took 8 to 31 s in some runs (gdb: ~IteratorResource waiting for
-  Model::OptimizeLoop; docs/PERFORMANCE.md, "The stall after prediction").
+  minutes, and destroying the iterator can wait for it to wake: closing the training
+  session of an 8-epoch NER job took 17.8 s and 31.1 s in two of six measured runs (gdb:
+  ~IteratorResource waiting for Model::OptimizeLoop; docs/PERFORMANCE.md, "The stall after
+  prediction").
   """
   options = tf.data.Options()
   if hasattr(options, "autotune"):

@@ -26,7 +26,8 @@ the dev figures are micro-F1, macro-F1 and exact match (score_multi_label.scores
 scorer ours uses).
 
 Prints one JSON line: seconds of featurize, train, eval, predict and total (wall
-clock, including model building), training examples/sec and the dev accuracy.
+clock, including model building), training examples/sec and the dev accuracy (with
+--multi_label: exact-set match, beside dev_micro_f1, dev_macro_f1, dev_exact_match).
 
   python benchmarks/hf_finetune.py --data_dir D --vocab_file D/vocab.txt \
       --bert_config_file D/bert_config.json --output_dir OUT \

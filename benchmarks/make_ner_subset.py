@@ -113,9 +113,10 @@ def main():
   tags = sorted(set(tag for split in splits.values() for s in split for _, tag in s))
   multi_label = (write_multi_label(os.path.join(args.output_dir, "multi_label"), splits)
                  if args.multi_label else None)
-  print(json.dumps({"multi_label": multi_label, "sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
+  print(json.dumps({"sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
                     "train": len(splits["train"]), "dev": len(splits["dev"]),
-                    "test": len(splits["test"]), "tags": tags, "vocab_size": vocab_size},
+                    "test": len(splits["test"]), "tags": tags, "vocab_size": vocab_size,
+                    "multi_label": multi_label},
                    ensure_ascii=False))
 
 

@@ -124,6 +124,7 @@ def main():
   args = parser.parse_args()
   rows, empty = read_rows(args.csv, args.label_column, args.text_column)
   random.Random(args.seed).shuffle(rows)
+  read = len(rows)
   rows = keep_rows(rows, args.min_chars, args.max_per_label)
   n_dev, n_test = int(len(rows) * args.dev_share), int(len(rows) * args.test_share)
   splits = {"dev": rows[:n_dev], "test": rows[n_dev:n_dev + n_test],
@@ -140,6 +141,7 @@ def main():
     return lengths[min(len(lengths) - 1, int(q * len(lengths)))]
   print(json.dumps({"train": len(splits["train"]), "dev": n_dev, "test": n_test,
                     "empty_left_out": empty, "vocab_size": vocab_size,
+                    "kept_of_read": [len(rows), read],
                     "labels": dict(collections.Counter(label for label, _ in rows)),
                     "train_chars_median": quantile(0.5), "p90": quantile(0.9),
                     "p99": quantile(0.99), "max": lengths[-1],

@@ -183,7 +183,8 @@ def measure(args, config, n_gpus):
     if not args.pad_to_max_seq_length:
       multiple = run_settings.XLA_LENGTH_MULTIPLE if args.use_xla else 1
       dataset = dataset.map(lambda batch: tfrecord_io.trim_to_longest(batch, multiple))
-    features = tf.data.make_one_shot_iterator(dataset.prefetch(2)).get_next()
+    features = tf.data.make_one_shot_iterator(
+        tfrecord_io.without_autotune(dataset.prefetch(2))).get_next()
     ops = multigpu.build_training(
         plan, model_fn_for(args.task, config), features, init_lr=1e-4, num_train_steps=10 ** 6,
         num_warmup_steps=10, accumulation_steps=args.accumulation_steps,
