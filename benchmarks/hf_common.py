@@ -55,8 +55,39 @@ def set_threads(threads):
   return threads
 
 
-def make_optimizer(model, learning_rate, weight_decay=0.01):
-  """torch AdamW with eps 1e-6 and weight decay off for LayerNorm parameters and biases.
+class GoogleAdamWeightDecay(torch.optim.Optimizer):
+  """Google BERT's AdamWeightDecay in torch, to tell the optimizer's effect from the rest of a
+  recipe: Adam moments WITHOUT bias correction, decoupled weight decay.
+
+    m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr (m / (sqrt(v) + eps) + wd p)
+  """
+
+  def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-6):
+    super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
+
+  @torch.no_grad()
+  def step(self, closure=None):  # pylint: disable=arguments-differ
+    del closure
+    for group in self.param_groups:
+      beta_1, beta_2 = group["betas"]
+      for param in group["params"]:
+        if param.grad is None:
+          continue
+        state = self.state[param]
+        if not state:
+          state["m"], state["v"] = torch.zeros_like(param), torch.zeros_like(param)
+        m, v = state["m"], state["v"]
+        m.mul_(beta_1).add_(param.grad, alpha=1 - beta_1)
+        v.mul_(beta_2).addcmul_(param.grad, param.grad, value=1 - beta_2)
+        update = m / (v.sqrt() + group["eps"])
+        if group["weight_decay"]:
+          update.add_(param, alpha=group["weight_decay"])
+        param.add_(update, alpha=-group["lr"])
+
+
+def make_optimizer(model, learning_rate, weight_decay=0.01, google_adamw=False):
+  """torch AdamW with eps 1e-6 and weight decay off for LayerNorm parameters and biases;
+  with google_adamw, GoogleAdamWeightDecay (ours) with the same groups.
 
   Note: torch's AdamW applies Adam's bias correction, Google's AdamWeightDecay
   (ours) does not; the cost per step is the same.
@@ -71,6 +102,8 @@ def make_optimizer(model, learning_rate, weight_decay=0.01):
       decay.append(param)
   groups = [{"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
+  if google_adamw:
+    return GoogleAdamWeightDecay(groups, lr=learning_rate, eps=1e-6)
   return torch.optim.AdamW(groups, lr=learning_rate, eps=1e-6)
 
 

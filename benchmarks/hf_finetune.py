@@ -69,6 +69,8 @@ def parse_args(argv=None):
   p.add_argument("--multi_label", action="store_true",
                  help="zero or more labels per example, one sigmoid each, threshold 0.5")
   p.add_argument("--label_separator", default=",", help="between labels, with --multi_label")
+  p.add_argument("--google_adamw", action="store_true",
+                 help="Google's AdamWeightDecay (no bias correction, as ours) instead of AdamW")
   return p.parse_args(argv)
 
 
@@ -205,7 +207,7 @@ def main(argv=None):
       train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
       generator=torch.Generator().manual_seed(args.seed))
   num_steps = max(1, math.ceil(len(loader) * args.num_train_epochs))
-  optimizer = hf_common.make_optimizer(model, args.learning_rate)
+  optimizer = hf_common.make_optimizer(model, args.learning_rate, google_adamw=args.google_adamw)
   scheduler = transformers.get_linear_schedule_with_warmup(
       optimizer, int(num_steps * args.warmup_proportion), num_steps)
 
