@@ -54,11 +54,7 @@ def _close(sess):
   disk reads it needed, which tells paging in from waiting on a thread."""
   close_start, reads_before = time.time(), _disk_reads()
   sess.close()
-  _count_close(time.time() - close_start, reads_before)
-
-
-def _count_close(seconds, reads_before):
-  """Adds `seconds` to the phase "close"; logs a slow close (see _close)."""
+  seconds = time.time() - close_start
   phases.add("close", seconds)
   if seconds <= _SLOW_CLOSE_SECONDS:
     return
@@ -66,9 +62,9 @@ def _count_close(seconds, reads_before):
     tf.logging.warning("Closing the training session took %.1f s.", seconds)
     return
   reads_after = _disk_reads()
-  faults, blocks = reads_after[0] - reads_before[0], reads_after[1] - reads_before[1]
   tf.logging.warning("Closing the training session took %.1f s (%d major page faults, "
-                     "%.1f MB read).", seconds, faults, blocks * 512 / 1e6)
+                     "%.1f MB read).", seconds, reads_after[0] - reads_before[0],
+                     (reads_after[1] - reads_before[1]) * 512 / 1e6)
 
 
 class Peers(object):
@@ -104,8 +100,8 @@ class Peers(object):
     if self.alone:
       with tf.Session(graph=graph, config=self.plan.session_config()) as sess:
         yield sess
-        close_start, reads_before = time.time(), _disk_reads()  # not reached on an error
-      _count_close(time.time() - close_start, reads_before)
+        # Not reached on an error: Session's own exit then closes it, with a time limit.
+        _close(sess)  # the exit's close is then a no-op
       return
     try:
       server = cluster.start_server(self.cluster, self.plan.session_config())

@@ -152,6 +152,12 @@ _TrainingGraph = collections.namedtuple("_TrainingGraph", [
     "inference_towers", "weights_saver"])
 
 
+def _input_iterator(dataset):
+  """An initializable iterator over `dataset`, with tf.data's autotuning off
+  (tfrecord_io.without_autotune: otherwise closing a session can wait up to a minute)."""
+  return tf.data.make_initializable_iterator(tfrecord_io.without_autotune(dataset))
+
+
 def _build_training_graph(config, model_fn, make_train_dataset, start, inference=None):
   """Builds the towers, the update, the eval towers and the saver in a new graph, and
   sets up the init checkpoint (when there is no checkpoint to resume from). With an
@@ -518,12 +524,6 @@ class _Progress(object):
 # ---------------------------------------------------------------------------
 # Evaluation and prediction
 # ---------------------------------------------------------------------------
-
-def _input_iterator(dataset):
-  """An initializable iterator over `dataset`, with tf.data's autotuning off
-  (tfrecord_io.without_autotune: otherwise closing a session can wait up to a minute)."""
-  return tf.data.make_initializable_iterator(tfrecord_io.without_autotune(dataset))
-
 
 def _run_to_end(sess, iterator, outputs):
   """Runs `outputs` over one pass of `iterator`; returns dict name -> concatenated arrays."""

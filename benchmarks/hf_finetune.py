@@ -122,13 +122,12 @@ def load_tokenizer(vocab_file, do_lower_case):
 def label_target(label, label_ids, separator):
   """The training target of one label field: its class id, or with a separator (multi-label)
   the multi-hot float list of its labels. An unknown label ends the program."""
-  labels = [label] if separator is None else score_multi_label.split_labels(label, separator)
-  for one in labels:
-    if one not in label_ids:
-      sys.exit("label %r is not in the label list %s" % (one, sorted(label_ids)))
-  if separator is None:
-    return label_ids[label]
-  return [1.0 if name in labels else 0.0 for name in label_ids]
+  if separator is not None:
+    return score_multi_label.multi_hot([score_multi_label.split_labels(label, separator)],
+                                       list(label_ids), "a label field")[0].tolist()
+  if label not in label_ids:
+    sys.exit("label %r is not in the label list %s" % (label, sorted(label_ids)))
+  return label_ids[label]
 
 
 def featurize(tokenizer, examples, label_ids, max_seq_length, separator=None):
@@ -219,9 +218,9 @@ def main(argv=None):
   if dev_features:
     predicted = predict(model, dev_features, collator, args.predict_batch_size, args.multi_label)
     if args.multi_label:
+      gold = [set(label for label, on in zip(labels, f["labels"]) if on) for f in dev_features]
       dev_scores = score_multi_label.scores(
-          [score_multi_label.split_labels(e[0], separator) for e in dev],
-          [set(labels[i] for i in ids) for ids in predicted], labels)
+          gold, [set(labels[i] for i in ids) for ids in predicted], labels)
       dev_accuracy = dev_scores["exact_match"]
     else:
       dev_accuracy = sum(p == f["labels"] for p, f in zip(predicted, dev_features)) / len(predicted)

@@ -69,17 +69,19 @@ def entity_types(sentence):
 def write_multi_label(directory, splits):
   """The entity-type multi-label set of the sampled sentences (see the module doc)."""
   os.makedirs(directory, exist_ok=True)
+  counts, all_types = {}, set()
   for name, split in splits.items():
+    types = [entity_types(s) for s in split]
     with open(os.path.join(directory, name + ".tsv"), "w", encoding="utf-8") as f:
       f.write("label\ttext_a\n" + "".join(
-          "%s\t%s\n" % (",".join(entity_types(s)), "".join(token for token, _ in s))
-          for s in split))
-  types = sorted(set(t for split in splits.values() for s in split for t in entity_types(s)))
+          "%s\t%s\n" % (",".join(t), "".join(token for token, _ in s))
+          for s, t in zip(split, types)))
+    all_types.update(*types)
+    counts[name] = {"no_entity": sum(1 for t in types if not t),
+                    "several_types": sum(1 for t in types if len(t) > 1)}
   with open(os.path.join(directory, "labels.txt"), "w", encoding="utf-8") as f:
-    f.write("".join(t + "\n" for t in types))
-  return {name: {"no_entity": sum(1 for s in split if not entity_types(s)),
-                 "several_types": sum(1 for s in split if len(entity_types(s)) > 1)}
-          for name, split in splits.items()}
+    f.write("".join(t + "\n" for t in sorted(all_types)))
+  return counts
 
 
 def main():
