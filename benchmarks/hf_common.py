@@ -7,10 +7,15 @@ config with random weights; nothing is downloaded.
 
 import json
 import os
+import sys
 import time
+
+import numpy as np
 
 import torch
 import transformers
+
+import weight_names
 
 # Google's bert_config.json fields that map one to one onto transformers.BertConfig.
 GOOGLE_CONFIG_FIELDS = (
@@ -107,6 +112,58 @@ def make_optimizer(model, learning_rate, weight_decay=0.01, google_adamw=False):
   return torch.optim.AdamW(groups, lr=learning_rate, eps=1e-6)
 
 
+def save_npz(model, path, head_scope=""):
+  """Writes the model's weights to a .npz under Google's names and layouts (weight_names)."""
+  arrays = {}
+  for hf_name, param in model.named_parameters():
+    name, transpose = weight_names.google_name(hf_name, head_scope)
+    value = param.detach().cpu().numpy()
+    arrays[name] = value.T if transpose else value
+  if not path.endswith(".npz"):
+    raise ValueError("%s: give a path ending in .npz (np.savez would append it)" % path)
+  np.savez(path, **arrays)
+
+
+def load_npz(model, path, head_scope=""):
+  """Sets every weight of the model from a .npz of Google names (save_npz's or
+  checkpoint_npz.py's). Raises ValueError naming a weight the file lacks or has in
+  another shape."""
+  with np.load(path) as arrays, torch.no_grad():
+    for hf_name, param in model.named_parameters():
+      name, transpose = weight_names.google_name(hf_name, head_scope)
+      if name not in arrays.files:
+        raise ValueError("%s has no %s (for %s)" % (path, name, hf_name))
+      value = arrays[name].T if transpose else arrays[name]
+      if tuple(value.shape) != tuple(param.shape):
+        raise ValueError("%s: %s is %s, the model's %s is %s" % (
+            path, name, value.shape, hf_name, tuple(param.shape)))
+      param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+
+LR_SCHEDULES = ("google", "hf")
+
+
+def make_scheduler(optimizer, lr_schedule, num_warmup_steps, num_steps):
+  """The learning-rate scheduler of `lr_schedule`, stepped once per update.
+
+  "google": Google's BERT rate (our optimization.learning_rate_schedule): `step / warmup`
+  of the peak during warmup, then `1 - step / num_steps`. The decay counts from step 0,
+  so warmup ends at 1 - warmup share of the peak (0.9 for 10%).
+  "hf": transformers.get_linear_schedule_with_warmup, which decays from the peak at the
+  end of warmup: num_steps / (num_steps - warmup) times Google's rate after warmup (1.11x
+  for 10% warmup).
+  """
+  if lr_schedule == "hf":
+    return transformers.get_linear_schedule_with_warmup(optimizer, num_warmup_steps, num_steps)
+  if lr_schedule != "google":
+    raise ValueError("lr_schedule %r: use one of %s" % (lr_schedule, ", ".join(LR_SCHEDULES)))
+  def factor(step):
+    if num_warmup_steps and step < num_warmup_steps:
+      return step / float(num_warmup_steps)
+    return max(0.0, 1.0 - step / float(num_steps))
+  return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def autocast_context(precision):
   """torch.autocast on CPU in bfloat16 for "bf16"; a no-op context for "fp32"."""
   if precision == "bf16":
@@ -124,16 +181,17 @@ def count_parameters(model):
   return sum(p.numel() for p in model.parameters())
 
 
-def train_steps(model, loader, optimizer, scheduler, num_steps):
+def train_steps(model, loader, optimizer, scheduler, num_steps, log_every=0):
   """Trains for num_steps updates over `loader` (repeated as needed), clipping the global
-  gradient norm at 1.0 as Google's optimizer does.
+  gradient norm at 1.0 as Google's optimizer does; with log_every, prints the mean loss of
+  every log_every steps to stderr.
 
   Returns:
     (rows trained on, the last batch's loss, seconds).
   """
   start = time.perf_counter()
   model.train()
-  step, trained, loss = 0, 0, float("nan")
+  step, trained, loss, window = 0, 0, float("nan"), []
   while step < num_steps:
     for batch in loader:
       optimizer.zero_grad(set_to_none=True)
@@ -145,6 +203,12 @@ def train_steps(model, loader, optimizer, scheduler, num_steps):
       loss = output.loss.item()
       trained += batch["input_ids"].shape[0]
       step += 1
+      if log_every:
+        window.append(loss)
+      if log_every and step % log_every == 0:
+        print("step %d/%d  mean loss %.4f" % (step, num_steps, sum(window) / len(window)),
+              file=sys.stderr, flush=True)
+        window = []
       if step == num_steps:
         break
   return trained, loss, time.perf_counter() - start

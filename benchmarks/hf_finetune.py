@@ -3,14 +3,16 @@
 The peer of `run_classifier_mgpu.py --task_name=tsv --do_train --do_eval --do_predict`:
 the same TSV files (header row naming the columns `label`, `text_a`, optionally
 `text_b`; the test file may lack `label`), the same vocab.txt and bert_config.json.
-The model starts from random weights (built from the config; nothing is downloaded).
+The model starts from random weights (built from the config; nothing is downloaded), or
+from --init_npz (see checkpoint_npz.py).
 
 Recipe: BertTokenizerFast on the local vocab.txt (lower-cased, one token per Chinese
 character, as Google's tokenizer), truncation to --max_seq_length, no padding at
 featurize time; shuffled training batches (seeded) padded to their longest example
 (DataCollatorWithPadding); AdamW (weight decay 0.01 except LayerNorm and biases, eps
-1e-6) with a linear warmup (--warmup_proportion) and linear decay
-(get_linear_schedule_with_warmup); gradient norm clipped to 1.0. Then dev accuracy
+1e-6; --google_adamw: Google's AdamWeightDecay) with a linear warmup
+(--warmup_proportion) and linear decay (get_linear_schedule_with_warmup; --lr_schedule=google:
+Google's, as ours); gradient norm clipped to 1.0. Then dev accuracy
 (if dev.tsv exists) and test predictions, batches padded to their longest, written
 to --output_dir/predict.txt (one label per line, in input order).
 
@@ -32,7 +34,9 @@ clock, including model building), training examples/sec and the dev accuracy (wi
   python benchmarks/hf_finetune.py --data_dir D --vocab_file D/vocab.txt \
       --bert_config_file D/bert_config.json --output_dir OUT \
       [--max_seq_length 128] [--train_batch_size 32] [--learning_rate 5e-5] \
-      [--num_train_epochs 3] [--threads N] [--seed 12345] [--multi_label]
+      [--num_train_epochs 3] [--threads N] [--seed 12345] [--multi_label] \
+      [--google_adamw] [--lr_schedule google] [--init_npz W.npz] [--save_init_npz W.npz] \
+      [--log_every 100]
 """
 
 import argparse
@@ -71,6 +75,16 @@ def parse_args(argv=None):
   p.add_argument("--label_separator", default=",", help="between labels, with --multi_label")
   p.add_argument("--google_adamw", action="store_true",
                  help="Google's AdamWeightDecay (no bias correction, as ours) instead of AdamW")
+  p.add_argument("--lr_schedule", choices=hf_common.LR_SCHEDULES, default="hf",
+                 help="hf: transformers' get_linear_schedule_with_warmup, with "
+                 "ceil(batches per epoch x epochs) steps; google: Google's (as ours), decay "
+                 "counted from step 0, int(examples x epochs / batch) steps")
+  p.add_argument("--init_npz", help="start from these weights (Google names, as "
+                 "checkpoint_npz.py --to_npz writes) instead of transformers' initializer")
+  p.add_argument("--save_init_npz", help="write the initial weights here (Google names) "
+                 "before training, for checkpoint_npz.py --from_npz")
+  p.add_argument("--log_every", type=int, default=0,
+                 help="log the mean training loss of every this many steps (0: never)")
   return p.parse_args(argv)
 
 
@@ -201,17 +215,25 @@ def main(argv=None):
   if args.multi_label:
     config.problem_type = "multi_label_classification"
   model = transformers.BertForSequenceClassification(config)
+  head_scope = "multi_label" if args.multi_label else ""
+  if args.init_npz:
+    hf_common.load_npz(model, args.init_npz, head_scope)
+  if args.save_init_npz:
+    hf_common.save_npz(model, args.save_init_npz, head_scope)
   collator = transformers.DataCollatorWithPadding(tokenizer)
   loader = torch.utils.data.DataLoader(
       train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
       generator=torch.Generator().manual_seed(args.seed))
-  num_steps = max(1, math.ceil(len(loader) * args.num_train_epochs))
+  if args.lr_schedule == "google":
+    num_steps = max(1, int(len(train_features) * args.num_train_epochs / args.train_batch_size))
+  else:
+    num_steps = max(1, math.ceil(len(loader) * args.num_train_epochs))
   optimizer = hf_common.make_optimizer(model, args.learning_rate, google_adamw=args.google_adamw)
-  scheduler = transformers.get_linear_schedule_with_warmup(
-      optimizer, int(num_steps * args.warmup_proportion), num_steps)
+  scheduler = hf_common.make_scheduler(optimizer, args.lr_schedule,
+                                       int(num_steps * args.warmup_proportion), num_steps)
 
   trained_examples, loss, train_seconds = hf_common.train_steps(
-      model, loader, optimizer, scheduler, num_steps)
+      model, loader, optimizer, scheduler, num_steps, args.log_every)
 
   start = time.perf_counter()
   dev_accuracy, dev_scores = None, {}
@@ -255,6 +277,9 @@ def main(argv=None):
       "train_batch_size": args.train_batch_size,
       "max_seq_length": args.max_seq_length,
       "learning_rate": args.learning_rate,
+      "lr_schedule": args.lr_schedule,
+      "optimizer": "google_adamw" if args.google_adamw else "torch_adamw",
+      "init_npz": args.init_npz,
       "num_train_epochs": args.num_train_epochs,
       "threads": threads,
       "predict_file": predict_path,

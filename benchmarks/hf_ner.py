@@ -28,7 +28,7 @@ Recipe, matched to ours:
     int(steps x --warmup_proportion) warmup steps, then `lr * (1 - step / steps)`, the
     linear decay counted from step 0 (optimization.learning_rate_schedule). With
     --lr_schedule=hf, transformers.get_linear_schedule_with_warmup (decay from the end of
-    the warmup), what hf_finetune.py uses.
+    the warmup), hf_finetune.py's default.
   * Decoding and scores: each token takes the argmax at its first piece; a token with no
     piece (or cut off) is O. Entities and micro F1 by the project's ner_scoring.py (its
     conlleval/seqeval rule, so an I- after O starts an entity, as ours), scheme detected
@@ -79,7 +79,7 @@ def parse_args(argv=None):
   p.add_argument("--learning_rate", type=float, default=5e-5)
   p.add_argument("--num_train_epochs", type=float, default=3.0)
   p.add_argument("--warmup_proportion", type=float, default=0.1)
-  p.add_argument("--lr_schedule", choices=("google", "hf"), default="google")
+  p.add_argument("--lr_schedule", choices=hf_common.LR_SCHEDULES, default="google")
   p.add_argument("--attn_implementation", choices=("eager", "sdpa"), default=None,
                  help="transformers' attention (default: transformers' own, sdpa)")
   p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: all cores")
@@ -180,15 +180,6 @@ def predict_tags(model, features, first_pieces, collator, batch_size, label_list
   return result
 
 
-def google_schedule(num_steps, num_warmup):
-  """LambdaLR factor of Google's BERT rate (optimization.learning_rate_schedule)."""
-  def factor(step):
-    if num_warmup and step < num_warmup:
-      return step / float(num_warmup)
-    return max(0.0, 1.0 - step / float(num_steps))
-  return factor
-
-
 def rounded_scores(result):
   return {key: round(result[key], 4) for key in ("precision", "recall", "f1")}
 
@@ -231,11 +222,7 @@ def main(argv=None):
     sys.exit("fewer training sentences than one batch")
   num_warmup = int(num_steps * args.warmup_proportion)
   optimizer = hf_common.make_optimizer(model, args.learning_rate)
-  if args.lr_schedule == "google":
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                  google_schedule(num_steps, num_warmup))
-  else:
-    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, num_warmup, num_steps)
+  scheduler = hf_common.make_scheduler(optimizer, args.lr_schedule, num_warmup, num_steps)
 
   trained, loss, train_seconds = hf_common.train_steps(
       model, loader, optimizer, scheduler, num_steps)

@@ -20,6 +20,15 @@ online_shopping_10_cats.csv (`cat,label,review`: 62,774 reviews of 10 product ca
   bert_config.json              --hidden_size, --num_hidden_layers, heads = hidden / 64,
                                 intermediate 4 x hidden, 512 positions, the vocab's size.
 
+--filler_csv buries each text in others, for a long-document set whose label cue may sit
+anywhere: each document is one labelled text (the cue) put at a random place among texts
+of --filler_csv (a `label,review` CSV whose labels are ignored, e.g. waimai_10k.csv's
+food-delivery reviews), drawn until the document has a random length in
+--document_chars MIN MAX. The fillers are split like the rows, so dev and test
+documents hold no training filler. The JSON line then also gives, per split, the shares of
+documents whose cue starts, and lies wholly, within the first --first_tokens tokens
+(what truncation reads: max_seq_length - 2). --max_chars leaves out longer texts (cues).
+
 Prints one JSON line: example counts and the length distribution (characters) of the
 training texts. The model trains from random weights: there is no pretrained checkpoint
 for this vocab, so compare frameworks at the same config, not with published figures.
@@ -100,6 +109,73 @@ def write_model_files(output_dir, texts, hidden_size, num_hidden_layers):
   return len(vocab)
 
 
+def bury_in_filler(rows, fillers, rng, min_chars, max_chars):
+  """Each (label, cue) row as (label, document): the cue at a random place among fillers
+  (texts drawn in turn from a shuffled copy of `fillers`, reshuffled when used up, so a
+  small filler list repeats) until the document has at least a length drawn from
+  [min_chars, max_chars] (the last filler may take it past max_chars; a cue that long on
+  its own gets no filler); texts joined by spaces.
+
+  Returns:
+    (rows, cue_offsets): the documents and the character where each cue starts.
+
+  Raises:
+    ValueError: no fillers.
+  """
+  if not fillers:
+    raise ValueError("no filler texts to bury %d texts in: give a larger --filler_csv" %
+                     len(rows))
+  pool, documents, offsets = [], [], []
+  for label, cue in rows:
+    target = rng.randint(min_chars, max_chars)
+    chosen, length = [], len(cue)
+    while length < target:
+      if not pool:
+        pool = list(fillers)
+        rng.shuffle(pool)
+      chosen.append(pool.pop())
+      length += len(chosen[-1]) + 1
+    slot = rng.randint(0, len(chosen))
+    before = chosen[:slot]
+    offsets.append(sum(len(text) + 1 for text in before))
+    documents.append((label, " ".join(before + [cue] + chosen[slot:])))
+  return documents, offsets
+
+
+def split_rows(rows, dev_share, test_share):
+  """dev, test and train: the first dev_share, the next test_share, the rest."""
+  n_dev, n_test = int(len(rows) * dev_share), int(len(rows) * test_share)
+  return {"dev": rows[:n_dev], "test": rows[n_dev:n_dev + n_test],
+          "train": rows[n_dev + n_test:]}
+
+
+def bury_splits(splits, fillers, rng, document_chars, first_tokens, dev_share, test_share):
+  """Replaces each split's rows (in place) by bury_in_filler documents, each split with its
+  own share of `fillers` (cut as split_rows cuts the rows), so no filler text is in two
+  splits.
+
+  Returns:
+    dict split -> [share of documents whose cue starts within the first `first_tokens`
+    tokens, share whose cue lies wholly within them]. Tokens are counted as the characters
+    that are not spaces: one token each in the vocab build_vocab makes.
+  """
+  fillers = list(fillers)
+  rng.shuffle(fillers)
+  filler_splits = split_rows(fillers, dev_share, test_share)
+  cue_shares = {}
+  for name in splits:
+    cues = [cue for _, cue in splits[name]]
+    splits[name], offsets = bury_in_filler(splits[name], filler_splits[name], rng,
+                                           *document_chars)
+    starts = [len(document[:offset].replace(" ", ""))
+              for (_, document), offset in zip(splits[name], offsets)]
+    ends = [start + len(cue.replace(" ", "")) for start, cue in zip(starts, cues)]
+    count = float(max(1, len(starts)))
+    cue_shares[name] = [round(sum(s < first_tokens for s in starts) / count, 4),
+                        round(sum(e <= first_tokens for e in ends) / count, 4)]
+  return cue_shares
+
+
 def write_tsv(path, rows):
   with open(path, "w", encoding="utf-8") as f:
     f.write("label\ttext_a\n")
@@ -121,17 +197,34 @@ def main():
   parser.add_argument("--min_chars", type=int, default=0, help="leave out shorter texts")
   parser.add_argument("--max_per_label", type=int, default=0,
                       help="keep at most this many texts of each label (0: all)")
+  parser.add_argument("--max_chars", type=int, default=0, help="leave out longer texts (0: none)")
+  parser.add_argument("--filler_csv", help="bury each text among these texts (see above)")
+  parser.add_argument("--document_chars", type=int, nargs=2, default=(150, 570),
+                      metavar=("MIN", "MAX"), help="with --filler_csv: document lengths")
+  parser.add_argument("--first_tokens", type=int, default=126,
+                      help="with --filler_csv: report the cues within this many tokens")
   args = parser.parse_args()
   rows, empty = read_rows(args.csv, args.label_column, args.text_column)
   random.Random(args.seed).shuffle(rows)
   read = len(rows)
+  if args.max_chars:
+    rows = [row for row in rows if len(row[1]) <= args.max_chars]
   rows = keep_rows(rows, args.min_chars, args.max_per_label)
-  n_dev, n_test = int(len(rows) * args.dev_share), int(len(rows) * args.test_share)
-  splits = {"dev": rows[:n_dev], "test": rows[n_dev:n_dev + n_test],
-            "train": rows[n_dev + n_test:]}
+  splits = split_rows(rows, args.dev_share, args.test_share)
+  n_dev, n_test = len(splits["dev"]), len(splits["test"])
+  cue_in_first = None
+  if args.filler_csv:
+    if os.path.abspath(args.filler_csv) == os.path.abspath(args.csv):
+      sys.exit("--filler_csv=%s is the --csv file: fillers would carry labels and cues" %
+               args.filler_csv)
+    fillers = [text for _, text in read_rows(args.filler_csv)[0]]
+    cue_in_first = bury_splits(splits, fillers, random.Random(args.seed + 1),
+                               args.document_chars, args.first_tokens, args.dev_share,
+                               args.test_share)
+    rows = [row for name in ("dev", "test", "train") for row in splits[name]]
   os.makedirs(args.output_dir, exist_ok=True)
-  for name, split_rows in splits.items():
-    write_tsv(os.path.join(args.output_dir, name + ".tsv"), split_rows)
+  for name, rows_of_split in splits.items():
+    write_tsv(os.path.join(args.output_dir, name + ".tsv"), rows_of_split)
   with open(os.path.join(args.output_dir, "labels.txt"), "w", encoding="utf-8") as f:
     f.write("".join(label + "\n" for label in sorted(set(label for label, _ in rows))))
   vocab_size = write_model_files(args.output_dir, [text for _, text in rows],
@@ -145,7 +238,8 @@ def main():
                     "labels": dict(collections.Counter(label for label, _ in rows)),
                     "train_chars_median": quantile(0.5), "p90": quantile(0.9),
                     "p99": quantile(0.99), "max": lengths[-1],
-                    "share_over_126": sum(l > 126 for l in lengths) / float(len(lengths))},
+                    "share_over_126": sum(l > 126 for l in lengths) / float(len(lengths)),
+                    "cue_starts_in_first_tokens, cue_wholly_in_them": cue_in_first},
                    ensure_ascii=False))
 
 

@@ -56,3 +56,43 @@ def test_review_rows_by_category_kept_when_long(tmp_path):
   assert make_review_data.keep_rows(rows, min_chars=2, max_per_label=1) == [
       ("书籍", "很好的书,值得一读")]
   assert make_review_data.keep_rows(rows, min_chars=0, max_per_label=0) == rows
+
+
+def test_bury_in_filler_puts_each_cue_whole_at_its_offset_among_fillers():
+  import random  # pylint: disable=import-outside-toplevel
+  rows = [("书籍", "这本书很好看"), ("手机", "手机屏幕清楚"), ("水果", "苹果很甜")]
+  fillers = ["送餐很快", "味道一般般", "米饭有点硬", "下次还点"]
+  documents, offsets = make_review_data.bury_in_filler(rows, fillers, random.Random(3), 20, 30)
+  assert [label for label, _ in documents] == ["书籍", "手机", "水果"]
+  cue_first = set()
+  for (_, cue), (_, document), offset in zip(rows, documents, offsets):
+    assert document[offset:offset + len(cue)] == cue
+    assert len(document) >= 20
+    rest = (document[:offset] + document[offset + len(cue):]).split()
+    assert rest and all(text in fillers for text in rest)
+    cue_first.add(offset == 0)
+  assert cue_first == {True, False}  # with this seed, cues both first and after fillers
+  with pytest.raises(ValueError, match="no filler texts"):
+    make_review_data.bury_in_filler(rows, [], random.Random(3), 20, 30)
+
+
+def test_bury_splits_gives_each_split_its_own_fillers_and_counts_cue_tokens():
+  import random  # pylint: disable=import-outside-toplevel
+  splits = {"dev": [("a", "甲乙")], "test": [("b", "丙丁")],
+            "train": [("a", "甲乙丙"), ("b", "丁戊"), ("a", "己庚")]}
+  fillers = ["填%d号" % i for i in range(20)]
+  shares = make_review_data.bury_splits(splits, fillers, random.Random(0), (12, 16), 4,
+                                        0.25, 0.25)
+  used = {}
+  for name, documents in splits.items():
+    words = set(w for _, document in documents for w in document.split())
+    used[name] = words & set(fillers)
+    assert used[name]
+  assert not (used["dev"] & used["test"] or used["dev"] & used["train"] or
+              used["test"] & used["train"])
+  for name, documents in splits.items():
+    # Cues of 2-3 tokens: wholly within 4 tokens exactly when they come first.
+    first = [document.split()[0] in ("甲乙", "丙丁", "甲乙丙", "丁戊", "己庚")
+             for _, document in documents]
+    assert shares[name][1] == round(sum(first) / float(len(first)), 4)
+    assert shares[name][0] >= shares[name][1]
