@@ -76,6 +76,17 @@ def keep_rows(rows, min_chars, max_per_label):
   return kept
 
 
+def sample_rows(rows, rng, min_chars, max_per_label):
+  """keep_rows of the rows in a random order, shuffled again: a label that reaches
+  max_per_label early in the first order would otherwise crowd the front of the list,
+  which split_rows makes dev and test."""
+  rows = list(rows)
+  rng.shuffle(rows)
+  rows = keep_rows(rows, min_chars, max_per_label)
+  rng.shuffle(rows)
+  return rows
+
+
 def build_vocab(texts):
   """The vocab lines: special tokens, then every token the texts need, sorted."""
   basic = tokenization.BasicTokenizer(do_lower_case=True)
@@ -205,11 +216,10 @@ def main():
                       help="with --filler_csv: report the cues within this many tokens")
   args = parser.parse_args()
   rows, empty = read_rows(args.csv, args.label_column, args.text_column)
-  random.Random(args.seed).shuffle(rows)
   read = len(rows)
   if args.max_chars:
     rows = [row for row in rows if len(row[1]) <= args.max_chars]
-  rows = keep_rows(rows, args.min_chars, args.max_per_label)
+  rows = sample_rows(rows, random.Random(args.seed), args.min_chars, args.max_per_label)
   splits = split_rows(rows, args.dev_share, args.test_share)
   n_dev, n_test = len(splits["dev"]), len(splits["test"])
   cue_in_first = None

@@ -96,3 +96,16 @@ def test_bury_splits_gives_each_split_its_own_fillers_and_counts_cue_tokens():
              for _, document in documents]
     assert shares[name][1] == round(sum(first) / float(len(first)), 4)
     assert shares[name][0] >= shares[name][1]
+
+
+def test_sampled_rows_leave_no_label_crowding_dev_and_test():
+  import random  # pylint: disable=import-outside-toplevel
+  rows = [("common", "好评%d" % i) for i in range(900)] + [("rare", "差评%d" % i)
+                                                         for i in range(100)]
+  kept = make_review_data.sample_rows(rows, random.Random(5), 0, 50)
+  assert len(kept) == 100
+  splits = make_review_data.split_rows(kept, 0.2, 0.2)
+  for name in ("dev", "test"):
+    common = sum(label == "common" for label, _ in splits[name]) / float(len(splits[name]))
+    # 0.5 overall; without the second shuffle, 0.85 in dev.
+    assert 0.25 <= common <= 0.75, (name, common)
