@@ -27,6 +27,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import modeling  # pylint: disable=wrong-import-position
+import run_classifier_mgpu  # pylint: disable=wrong-import-position
+
 
 def is_model_weight(name):
   """False for the optimizer's state (slots, global_step, the fp16 loss scale), else True."""
@@ -79,8 +82,6 @@ def initial_weights_to_npz(bert_config_file, num_labels, init_seed, npz_path, mu
   graph seed init_seed. Not the weights a `--random_seed=init_seed` run starts from (see
   the module docstring): load them into both runs."""
   check_npz_path(npz_path)
-  import modeling  # pylint: disable=import-outside-toplevel
-  import run_classifier_mgpu  # pylint: disable=import-outside-toplevel
   config = modeling.BertConfig.from_json_file(bert_config_file)
   with tf.Graph().as_default():
     tf.set_random_seed(init_seed)

@@ -1,8 +1,8 @@
-"""Pieces shared by hf_train_step.py and hf_finetune.py (PyTorch peers of our benchmarks).
+"""Pieces shared by hf_train_step.py, hf_finetune.py and hf_ner.py (PyTorch peers of ours).
 
 Not part of the project: imports torch and transformers, which only the benchmark
-virtualenv has (see benchmarks/README.md). Everything here builds models from a
-config with random weights; nothing is downloaded.
+virtualenv has (see benchmarks/README.md). Models are built from a config with random
+weights, or given weights from a .npz (load_npz); nothing is downloaded.
 """
 
 import json
