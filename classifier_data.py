@@ -1481,8 +1481,9 @@ class FeaturizingPool(object):
   run_classifier_mgpu.py makes it before the device check (prepare_output_dir): forking after
   TensorFlow has started its GPU runtime (and its threads) is not safe. Each worker builds
   its tokenizer once; examples travel in chunks and come back in input order. With one
-  worker, or when no split is large enough to gain from processes, no process is forked
-  and featurizing runs here; both give byte-identical files.
+  worker, or when no split to featurize (cached ones are not) is large enough to gain from
+  processes, no process is forked and featurizing runs here; both give byte-identical
+  files.
 
   A context manager: leaving it ends the workers.
   """
@@ -1492,7 +1493,8 @@ class FeaturizingPool(object):
     """Args:
       vocab_file, do_lower_case, label_list, max_seq_length, options: as in write_features.
       num_workers: worker processes; None: one per available CPU.
-      largest_split: the most examples a split will have (None: unknown, fork anyway).
+      largest_split: the most examples of a split that will be featurized
+        (largest_split_to_featurize; None: unknown, fork anyway).
       pool_threshold: smallest number of examples that uses the processes.
     """
     label_map = dict((label, index) for index, label in enumerate(label_list))
@@ -1670,20 +1672,43 @@ def _remove_stale_caches(output_dir, split, keep_names):
       os.remove(os.path.join(output_dir, name))
 
 
-def cached_split_features(splits, processor, data_dir, cache_dir, pool, **settings):
-  """{split: TFRecord path} of each split through cached_features (featurized only when no
-  valid cache exists).
+def split_caches(splits, processor, data_dir, **settings):
+  """{split: FeatureCache} of each of `splits` (the inputs are hashed once, here).
+
+  Args:
+    splits: the split names (e.g. a dict split -> list of InputExample).
+    processor: their DataProcessor (its input_files are part of the cache key).
+    data_dir: --data_dir.
+    **settings: label_list, max_seq_length, vocab_file, do_lower_case, task_name, options.
+  """
+  return {split: FeatureCache(split, processor.input_files(data_dir, split), **settings)
+          for split in splits}
+
+
+def largest_split_to_featurize(splits, caches, cache_dir):
+  """The most examples of a split that has no valid cache in cache_dir (0 when all have):
+  the largest_split of a FeaturizingPool that forks only when featurizing will use it.
 
   Args:
     splits: dict split -> list of InputExample.
-    processor: their DataProcessor (its input_files are part of the cache key).
-    data_dir: --data_dir.
+    caches: dict split -> its FeatureCache (split_caches).
+    cache_dir: where the caches live.
+  """
+  return max([len(examples) for split, examples in splits.items()
+              if caches[split].info(cache_dir) is None] or [0])
+
+
+def cached_split_features(splits, caches, cache_dir, pool):
+  """{split: TFRecord path} of each split through FeatureCache.features (featurized only
+  when no valid cache exists).
+
+  Args:
+    splits: dict split -> list of InputExample.
+    caches: dict split -> its FeatureCache (split_caches).
     cache_dir: where the caches live.
     pool: a FeaturizingPool.
-    **settings: label_list, max_seq_length, vocab_file, do_lower_case, task_name, options.
   """
-  return {split: cached_features(split, processor.input_files(data_dir, split), examples,
-                                 output_dir=cache_dir, pool=pool, **settings)[0]
+  return {split: caches[split].features(examples, cache_dir, pool=pool)[0]
           for split, examples in splits.items()}
 
 
@@ -1722,15 +1747,100 @@ def example_rows(examples, columns, details, gold_column, separator=","):
   return rows
 
 
+class FeatureCache(object):
+  """The feature cache of one split: cache_dir/<split>-<key>.tf_record, with
+  <split>-<key>.json next to it holding the example count; <key> starts the sha256 of
+  features_cache_key, computed once when the FeatureCache is made.
+
+  Both files are written atomically, the .json last, so a crash never leaves a cache that
+  looks valid. Older caches of the same split are deleted.
+  """
+
+  def __init__(self, split, examples_file_paths, label_list, max_seq_length, vocab_file,
+               do_lower_case, task_name, options=FeatureOptions()):
+    """Args: as in cached_features."""
+    self.split = split
+    self.examples_file_paths = examples_file_paths
+    self.label_list = label_list
+    self.max_seq_length = max_seq_length
+    self.vocab_file = vocab_file
+    self.do_lower_case = do_lower_case
+    self.task_name = task_name
+    self.options = options
+    self.key = features_cache_key(split, examples_file_paths, label_list, max_seq_length,
+                                  vocab_file, do_lower_case, task_name, options)
+    self.base_name = "%s-%s" % (split, self.key[:16])
+
+  def paths(self, cache_dir):
+    """(record_path, info_path) of the cache in cache_dir."""
+    return (os.path.join(cache_dir, self.base_name + ".tf_record"),
+            os.path.join(cache_dir, self.base_name + ".json"))
+
+  def info(self, cache_dir):
+    """The info dict of a valid cache in cache_dir, else None (the split needs
+    featurizing)."""
+    record_path, info_path = self.paths(cache_dir)
+    return _read_cache_info(info_path, record_path, self.key)
+
+  def features(self, examples, cache_dir, num_workers=None, pool_threshold=POOL_THRESHOLD,
+               pool=None):
+    """Returns the split's TFRecord file, featurizing only when no valid cache exists.
+
+    Args:
+      examples: list of InputExample, or a function of no arguments that returns
+        it; the function is called only when the cache has to be built.
+      cache_dir: where the cache lives (created if needed).
+      num_workers, pool_threshold, pool: as in write_features.
+
+    Returns:
+      (tfrecord_path, num_examples).
+    """
+    record_path, info_path = self.paths(cache_dir)
+    info = self.info(cache_dir)
+    if info is not None:
+      _LOGGER.info("reusing cached %s features %s (%d examples)", self.split, record_path,
+                   info["num_examples"])
+      return record_path, info["num_examples"]
+
+    if callable(examples):
+      examples = examples()
+    _make_dirs(cache_dir)
+    try:
+      if os.path.lexists(info_path):
+        os.remove(info_path)
+    except OSError as e:
+      raise write_error(info_path, e)
+    num_examples = write_features(examples, self.label_list, self.max_seq_length,
+                                  self.vocab_file, self.do_lower_case, record_path,
+                                  num_workers=num_workers, pool_threshold=pool_threshold,
+                                  pool=pool, options=self.options)
+    info = {
+        "key": self.key,
+        "num_examples": num_examples,
+        "record_bytes": os.path.getsize(record_path),
+        "split": self.split,
+        "task_name": self.task_name,
+        "max_seq_length": self.max_seq_length,
+        "do_lower_case": bool(self.do_lower_case),
+        "num_labels": len(self.label_list),
+        "data_files": [os.path.abspath(path) for path in self.examples_file_paths],
+        "vocab_file": os.path.abspath(self.vocab_file),
+        "format_version": FEATURE_FORMAT_VERSION,
+    }
+    try:
+      atomic_write_text(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
+    except OSError as e:
+      raise write_error(info_path, e)
+    _remove_stale_caches(cache_dir, self.split,
+                         (os.path.basename(record_path), os.path.basename(info_path)))
+    return record_path, num_examples
+
+
 def cached_features(split, examples_file_paths, examples, label_list, max_seq_length,
                     vocab_file, do_lower_case, task_name, output_dir, num_workers=None,
                     pool_threshold=POOL_THRESHOLD, pool=None, options=FeatureOptions()):
-  """Returns the TFRecord file of a split, featurizing only when no valid cache exists.
-
-  The cache is output_dir/<split>-<key>.tf_record, with <split>-<key>.json next to
-  it holding the example count; <key> starts the sha256 of features_cache_key.
-  Both are written atomically, the .json last, so a crash never leaves a cache
-  that looks valid. Older caches of the same split are deleted.
+  """Returns the TFRecord file of a split, featurizing only when no valid cache exists
+  (a FeatureCache in output_dir).
 
   Args:
     split: cache name prefix ("train", "dev", "test").
@@ -1746,45 +1856,8 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
   Returns:
     (tfrecord_path, num_examples).
   """
-  key = features_cache_key(split, examples_file_paths, label_list, max_seq_length,
-                           vocab_file, do_lower_case, task_name, options)
-  base_name = "%s-%s" % (split, key[:16])
-  record_path = os.path.join(output_dir, base_name + ".tf_record")
-  info_path = os.path.join(output_dir, base_name + ".json")
-  info = _read_cache_info(info_path, record_path, key)
-  if info is not None:
-    _LOGGER.info("reusing cached %s features %s (%d examples)", split, record_path,
-                 info["num_examples"])
-    return record_path, info["num_examples"]
-
-  if callable(examples):
-    examples = examples()
-  _make_dirs(output_dir)
-  try:
-    if os.path.lexists(info_path):
-      os.remove(info_path)
-  except OSError as e:
-    raise write_error(info_path, e)
-  num_examples = write_features(examples, label_list, max_seq_length, vocab_file,
-                                do_lower_case, record_path, num_workers=num_workers,
-                                pool_threshold=pool_threshold, pool=pool,
-                                options=options)
-  info = {
-      "key": key,
-      "num_examples": num_examples,
-      "record_bytes": os.path.getsize(record_path),
-      "split": split,
-      "task_name": task_name,
-      "max_seq_length": max_seq_length,
-      "do_lower_case": bool(do_lower_case),
-      "num_labels": len(label_list),
-      "data_files": [os.path.abspath(path) for path in examples_file_paths],
-      "vocab_file": os.path.abspath(vocab_file),
-      "format_version": FEATURE_FORMAT_VERSION,
-  }
-  try:
-    atomic_write_text(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
-  except OSError as e:
-    raise write_error(info_path, e)
-  _remove_stale_caches(output_dir, split, (base_name + ".tf_record", base_name + ".json"))
-  return record_path, num_examples
+  cache = FeatureCache(split, examples_file_paths, label_list=label_list,
+                       max_seq_length=max_seq_length, vocab_file=vocab_file,
+                       do_lower_case=do_lower_case, task_name=task_name, options=options)
+  return cache.features(examples, output_dir, num_workers=num_workers,
+                        pool_threshold=pool_threshold, pool=pool)

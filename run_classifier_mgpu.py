@@ -272,17 +272,32 @@ def export_model():
   return path
 
 
+def planned_cache_dir():
+  """The config.cache_dir that make_run_config() will give, known before the device check:
+  the output_dir and worker flags alone decide it (a non-chief worker's directory under the
+  temp dir included), and reading them starts no TensorFlow runtime."""
+  return run_settings.RunConfig(FLAGS.output_dir,
+                                cluster=run_settings.run_cluster(FLAGS)).cache_dir
+
+
 def prepare_output_dir(splits, label_list, processor):
   """The device check, then output_dir: claimed, the model files written, the splits
   featurized (or their cache reused).
 
   The featurizing processes fork first, before the device check starts TensorFlow's GPU
-  runtime; a refused check ends them and writes nothing.
+  runtime, and only when a split without a valid cache is large enough to use them (a rerun
+  on cached features forks none); a refused check ends them and writes nothing.
 
   Returns:
     (RunConfig, dict split -> TFRecord path).
   """
-  largest = max([len(examples) for examples in splits.values()] or [0])
+  with phases.timed("featurize"):  # hashing the inputs for the cache keys
+    caches = classifier_data.split_caches(
+        splits, processor, FLAGS.data_dir, label_list=label_list,
+        max_seq_length=FLAGS.max_seq_length, vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case, task_name=FLAGS.task_name,
+        options=feature_options())
+  largest = classifier_data.largest_split_to_featurize(splits, caches, planned_cache_dir())
   with classifier_data.FeaturizingPool(
       FLAGS.vocab_file, FLAGS.do_lower_case, label_list, FLAGS.max_seq_length,
       FLAGS.num_workers or None, largest_split=largest, options=feature_options()) as pool:
@@ -300,11 +315,8 @@ def prepare_output_dir(splits, label_list, processor):
       serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
                                model_settings())
     with phases.timed("featurize"):
-      record_files = classifier_data.cached_split_features(
-          splits, processor, FLAGS.data_dir, config.cache_dir, pool, label_list=label_list,
-          max_seq_length=FLAGS.max_seq_length, vocab_file=FLAGS.vocab_file,
-          do_lower_case=FLAGS.do_lower_case, task_name=FLAGS.task_name,
-          options=feature_options())
+      record_files = classifier_data.cached_split_features(splits, caches, config.cache_dir,
+                                                           pool)
   return config, record_files
 
 

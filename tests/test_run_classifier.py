@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import classifier_data
 import cli
 from cli import assert_succeeded, flag_list
 import modeling
@@ -741,6 +742,56 @@ def test_undefok_and_googles_tpu_flags_are_accepted(demo_data, tmp_path):
       "--n_gpu=4", "--undefok=n_gpu", "--use_tpu=false", "--tpu_name=t", "--num_tpu_cores=8",
       "--iterations_per_loop=100", "--master=m"])
   cli.assert_one_line_error(result, "--data_dir=%s: no such directory" % flags["data_dir"])
+
+
+# Runs run_classifier_mgpu.py, writing a line to stderr for each multiprocessing.Pool started
+# (the featurizing processes), before the pool forks.
+COUNT_POOLS = """
+import multiprocessing, os, runpy, sys
+start_pool = multiprocessing.Pool
+def counted_pool(*args, **kwargs):
+  sys.stderr.write("multiprocessing.Pool started\\n")
+  sys.stderr.flush()  # before the fork: a child must not inherit the line
+  return start_pool(*args, **kwargs)
+multiprocessing.Pool = counted_pool
+repo_dir = %r
+script = os.path.join(repo_dir, "run_classifier_mgpu.py")
+sys.path.insert(0, repo_dir)
+sys.argv = [script] + sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+""" % cli.REPO_DIR
+
+
+def test_featurizing_processes_start_only_for_splits_that_are_not_cached(demo_data, tmp_path):
+  # A training file just big enough for the processes; dev and test stay small.
+  data_dir = copy_data(demo_data, str(tmp_path / "data"))
+  copies = -(-classifier_data.POOL_THRESHOLD // NUM_TRAIN)
+  write_text(os.path.join(data_dir, "train.tsv"), "label\ttext_a\n" + "".join(
+      "%s\t%s\n" % row for row in demo_data.train * copies))
+  wrapper = str(tmp_path / "count_pools.py")
+  write_text(wrapper, COUNT_POOLS)
+  output_dir = str(tmp_path / "model")
+
+  def run(do_predict):
+    flags = base_flags(demo_data, output_dir, data_dir=data_dir, do_predict=do_predict,
+                       n_gpus=1, num_workers=2, train_batch_size=32, num_train_epochs=0.05,
+                       save_checkpoints_steps=1000)
+    result = cli.run_script(wrapper, flag_list(flags))
+    assert_succeeded(result)
+    return result.stderr
+
+  first = run(do_predict=None)
+  assert first.count("multiprocessing.Pool started") == 1, first[-3000:]
+  assert "%d examples with 2 processes" % (NUM_TRAIN * copies) in first
+  rerun = run(do_predict=None)
+  assert "reusing cached train features" in rerun and "reusing cached dev features" in rerun
+  assert "multiprocessing.Pool started" not in rerun, \
+      "processes forked although every split is cached"
+  # Train and dev are cached and test is below the threshold: no process either.
+  with_test = run(do_predict=True)
+  assert "featurizing test-" in with_test
+  assert "multiprocessing.Pool started" not in with_test, \
+      "processes forked for cached train and dev and a small test set"
 
 
 def lock_holder_pid(output_dir):
