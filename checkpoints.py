@@ -126,6 +126,30 @@ def missing_variables(checkpoint, variables):
 # Saving
 # ---------------------------------------------------------------------------
 
+def write_arrays(values, checkpoint_prefix):
+  """Writes each array of `values` as a variable of that name and dtype to a new checkpoint,
+  in a graph of its own: weights made outside a model (converted or drawn) in the form
+  --init_checkpoint reads.
+
+  Args:
+    values: dict variable name (`bert/embeddings/word_embeddings`) -> numpy array.
+    checkpoint_prefix: the checkpoint's path; its directory is created if needed.
+
+  Returns:
+    The checkpoint's path (its prefix).
+  """
+  with tf.Graph().as_default():
+    variables = [tf.Variable(values[name], name=name) for name in sorted(values)]
+    renamed = [v.op.name for v in variables if v.op.name not in values]
+    if renamed:
+      raise ValueError("TensorFlow renamed these variables: %s" % ", ".join(renamed))
+    saver = tf.train.Saver(variables)
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      os.makedirs(os.path.dirname(os.path.abspath(checkpoint_prefix)), exist_ok=True)
+      return saver.save(sess, checkpoint_prefix, write_meta_graph=False)
+
+
 def _checkpoint_files(prefix):
   """The files of checkpoint `prefix`, and the temp files TensorFlow writes them through."""
   return glob.glob(glob.escape(prefix) + ".*") + glob.glob(glob.escape(prefix) + "_temp*")

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checkpoints  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 import run_classifier_mgpu  # pylint: disable=wrong-import-position
 
@@ -65,15 +66,9 @@ def npz_to_checkpoint(npz_path, checkpoint_prefix):
   Returns:
     The checkpoint's path (prefix).
   """
-  with np.load(npz_path) as arrays, tf.Graph().as_default():
-    variables = [tf.Variable(arrays[name], name=name) for name in sorted(arrays.files)]
-    names = [v.op.name for v in variables]
-    assert names == sorted(arrays.files), "TF renamed a variable: %s" % names
-    saver = tf.train.Saver(variables)
-    with tf.Session() as sess:
-      sess.run(tf.global_variables_initializer())
-      os.makedirs(os.path.dirname(os.path.abspath(checkpoint_prefix)), exist_ok=True)
-      return saver.save(sess, checkpoint_prefix, write_meta_graph=False)
+  with np.load(npz_path) as arrays:
+    return checkpoints.write_arrays({name: arrays[name] for name in arrays.files},
+                                    checkpoint_prefix)
 
 
 def initial_weights_to_npz(bert_config_file, num_labels, init_seed, npz_path, multi_label):

@@ -10,6 +10,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 
+import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import numpy_bert  # pylint: disable=g-import-not-at-top
 
@@ -564,13 +565,7 @@ def _write_checkpoint(directory, weights, extra=None):
   """Saves variables named like Google's checkpoint in a graph of its own."""
   values = dict(weights)
   values.update(extra or {})
-  with tf.Graph().as_default():
-    for name, value in sorted(values.items()):
-      tf.get_variable(name, initializer=tf.constant(value), use_resource=False)
-    saver = tf.train.Saver()
-    with tf.Session() as sess:
-      sess.run(tf.global_variables_initializer())
-      return saver.save(sess, os.path.join(directory, "bert_model.ckpt"))
+  return checkpoints.write_arrays(values, os.path.join(directory, "bert_model.ckpt"))
 
 
 def test_checkpoint_with_google_names_loads(tmp_path):

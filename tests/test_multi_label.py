@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import checkpoints
 import classifier_data
 import cli
 import modeling
@@ -593,21 +594,12 @@ def label_sets(rows):
 
 def write_init_checkpoint(config_dict, num_labels, path):
   """Large random BERT weights and a multi-label head, so texts differ clearly."""
-  with tf.Graph().as_default():
-    modeling.BertModel(modeling.BertConfig.from_dict(config_dict), False,
-                       tf.placeholder(tf.int32, [1, 4]))
-    values = numpy_bert.random_weights(types.SimpleNamespace(**config_dict), seed=3)
-    rng = np.random.RandomState(4)
-    with tf.variable_scope("multi_label"):
-      tf.get_variable("output_weights", [num_labels, config_dict["hidden_size"]])
-      tf.get_variable("output_bias", [num_labels])
-    values["multi_label/output_weights"] = rng.randn(num_labels, config_dict["hidden_size"])
-    values["multi_label/output_bias"] = rng.randn(num_labels) * 0.1
-    with tf.Session() as sess:
-      for variable in tf.global_variables():
-        variable.load(values[variable.op.name], sess)
-      tf.train.Saver().save(sess, path, write_meta_graph=False)
-  return path
+  values = numpy_bert.random_weights(types.SimpleNamespace(**config_dict), seed=3)
+  rng = np.random.RandomState(4)
+  values["multi_label/output_weights"] = rng.randn(
+      num_labels, config_dict["hidden_size"]).astype(np.float32)
+  values["multi_label/output_bias"] = (rng.randn(num_labels) * 0.1).astype(np.float32)
+  return checkpoints.write_arrays(values, path)
 
 
 def run_classifier(flags):

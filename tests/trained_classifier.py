@@ -16,10 +16,9 @@ import sys
 import types
 
 import numpy as np
-import tensorflow.compat.v1 as tf
 
+import checkpoints
 import cli
-import modeling
 import numpy_bert
 import reference_tokenizer
 
@@ -75,21 +74,12 @@ def _test_texts(short_texts):
 def write_init_checkpoint(config_dict, num_labels, path):
   """A BERT classifier with large random weights (numpy_bert.random_weights), so that
   different texts get clearly different probabilities after a short training."""
-  with tf.Graph().as_default():
-    modeling.BertModel(modeling.BertConfig.from_dict(config_dict), False,
-                       tf.placeholder(tf.int32, [1, 4]))
-    rng = np.random.RandomState(3)
-    values = numpy_bert.random_weights(types.SimpleNamespace(**config_dict), seed=3)
-    values["output_weights"] = rng.randn(num_labels, config_dict["hidden_size"]) * 0.5
-    values["output_bias"] = rng.randn(num_labels) * 0.1
-    tf.get_variable("output_weights", [num_labels, config_dict["hidden_size"]])
-    tf.get_variable("output_bias", [num_labels])
-    with tf.Session() as sess:
-      sess.run(tf.global_variables_initializer())
-      for variable in tf.global_variables():
-        sess.run(variable.assign(values[variable.op.name]))
-      tf.train.Saver().save(sess, path, write_meta_graph=False)
-  return path
+  rng = np.random.RandomState(3)
+  values = numpy_bert.random_weights(types.SimpleNamespace(**config_dict), seed=3)
+  values["output_weights"] = (rng.randn(num_labels, config_dict["hidden_size"]) *
+                              0.5).astype(np.float32)
+  values["output_bias"] = (rng.randn(num_labels) * 0.1).astype(np.float32)
+  return checkpoints.write_arrays(values, path)
 
 
 def run_classifier(flags, cwd=cli.REPO_DIR):
