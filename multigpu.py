@@ -268,7 +268,8 @@ def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False):
   "replica_<r>/<plain name>").
   Resource variables: with ref variables, assign-based updates race with other towers' reads.
   The tower reads float32 variables cast to `compute_dtype` (mixed precision) and, with
-  `use_xla`, its ops are compiled by XLA as one cluster.
+  `use_xla`, its ops are marked for XLA, which compiles them in clusters (on TF 1.15 the ops
+  XLA has no type for, like dropout's int16 bitcast, stay TensorFlow ops between clusters).
   """
   tower_device = plan.tower_devices[tower_index]
   replica = plan.replica_of_tower(tower_index)

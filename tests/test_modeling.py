@@ -12,6 +12,7 @@ import tensorflow.compat.v1 as tf
 
 import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
+import multigpu  # pylint: disable=g-import-not-at-top
 import numpy_bert  # pylint: disable=g-import-not-at-top
 
 
@@ -331,16 +332,54 @@ def test_dropout_at_the_ends_of_the_range():
   assert np.sum(value != 0.0) <= 3 and set(np.unique(value).tolist()) <= {0.0, 65536.0}
 
 
-def test_dropout_compiles_with_xla():
-  """Inside an XLA cluster (--use_xla), on both TensorFlow versions: bitcast to a narrower
-  type and the rate."""
+def op_types_run_by_tensorflow(metadata):
+  """The op types TensorFlow's executors ran in a traced step; ops compiled into an XLA
+  cluster ran inside its _XlaRun and are not among them."""
+  op_types = {node.name: node.op for graph in metadata.partition_graphs for node in graph.node}
+  # TF 1.15's step stats also hold "name:OpType" and "Populate Inputs" entries: skipped.
+  return {op_types[stats.node_name]
+          for device in metadata.step_stats.dev_stats for stats in device.node_stats
+          if stats.node_name in op_types}
+
+
+def run_dropout_traced(use_xla, steps):
+  """Runs dropout of an odd and an even size `steps` times, inside --use_xla's scope or not,
+  and traces the last run. Returns each run's two values and the op types TensorFlow ran."""
   with tf.Graph().as_default():
-    x = tf.ones([256, 33])  # odd last dimension: the sliced path too
-    with tf.xla.experimental.jit_scope(compile_ops=True):
-      dropped = modeling.dropout(x, 0.25)
-      dropped_even = modeling.dropout(tf.ones([256, 32]), 0.25)
+    # 255 * 33 values: an odd size, so the odd path's slice drops one value (of an even size
+    # it keeps all, and grappler removes it).
+    odd = tf.ones([255, 33])
+    even = tf.ones([256, 32])
+    # The scope --use_xla puts each tower in (multigpu._tower_scope).
+    with multigpu._xla_scope(use_xla):  # pylint: disable=protected-access
+      dropped = [modeling.dropout(odd, 0.25), modeling.dropout(even, 0.25)]
+    metadata = tf.RunMetadata()
+    trace = tf.RunOptions(trace_level=tf.RunOptions.FULL_TRACE, output_partition_graphs=True)
     with tf.Session() as sess:
-      values = [sess.run([dropped, dropped_even]) for _ in range(20)]
+      values = [sess.run(dropped) for _ in range(steps - 1)]
+      # Traced last: by then a lazily compiled cluster has been compiled.
+      values.append(sess.run(dropped, options=trace, run_metadata=metadata))
+  return values, op_types_run_by_tensorflow(metadata)
+
+
+def test_dropout_compiles_with_xla():
+  """Under --use_xla's scope XLA compiles dropout and keeps the rate. On TF 2.x the bitcast
+  to a narrower type and the odd size's slice run inside the compiled cluster; TF 1.15's XLA
+  has no int16, so there the bitcast stays a TensorFlow op and only the float part (the
+  slice among it) is compiled."""
+  _, ran_plain = run_dropout_traced(use_xla=False, steps=1)
+  # Without XLA the ops looked for below run as TensorFlow ops: not optimized away.
+  assert {"Bitcast", "StridedSlice"} <= ran_plain and "_XlaRun" not in ran_plain, sorted(ran_plain)
+  values, ran = run_dropout_traced(use_xla=True, steps=20)
+  assert "_XlaCompile" in ran and "_XlaRun" in ran, "no compiled cluster ran: %s" % sorted(ran)
+  # A cluster XLA did not compile runs its function through this fallback call instead.
+  assert not ran & {"PartitionedCall", "StatefulPartitionedCall"}, sorted(ran)
+  outside_xla = ran & {"Bitcast", "StridedSlice"}
+  if tf.__version__.startswith("1."):
+    # TF 1.15's XLA types lack int16 (no XLA_CPU_JIT kernel takes T=DT_INT16).
+    assert outside_xla == {"Bitcast"}, sorted(ran)
+  else:
+    assert not outside_xla, "ran outside XLA: %s" % sorted(outside_xla)
   for index in (0, 1):
     share = np.mean([np.mean(v[index] == 0.0) for v in values])
     assert abs(share - 0.25) < 0.01, share
