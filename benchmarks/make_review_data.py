@@ -27,7 +27,9 @@ food-delivery reviews), drawn until the document has a random length in
 --document_chars MIN MAX. The fillers are split like the rows, so dev and test
 documents hold no training filler. The JSON line then also gives, per split, the shares of
 documents whose cue starts, and lies wholly, within the first --first_tokens tokens
-(what truncation reads: max_seq_length - 2). --max_chars leaves out longer texts (cues).
+(what truncation reads: max_seq_length - 2), and <split>_cue_tokens.tsv gives each
+document's cue place (`start<TAB>end`, tokens, in the TSV's order), to score by it.
+--max_chars leaves out longer texts (cues).
 
 Prints one JSON line: example counts and the length distribution (characters) of the
 training texts. The model trains from random weights: there is no pretrained checkpoint
@@ -160,31 +162,37 @@ def split_rows(rows, dev_share, test_share):
           "train": rows[n_dev + n_test:]}
 
 
-def bury_splits(splits, fillers, rng, document_chars, first_tokens, dev_share, test_share):
+def bury_splits(splits, fillers, rng, document_chars, dev_share, test_share):
   """Replaces each split's rows (in place) by bury_in_filler documents, each split with its
   own share of `fillers` (cut as split_rows cuts the rows), so no filler text is in two
   splits.
 
   Returns:
-    dict split -> [share of documents whose cue starts within the first `first_tokens`
-    tokens, share whose cue lies wholly within them]. Tokens are counted as the characters
-    that are not spaces: one token each in the vocab build_vocab makes.
+    dict split -> per document, (the token where its cue starts, the token after its cue).
+    Tokens are counted as the characters that are not spaces: one token each in the vocab
+    build_vocab makes.
   """
   fillers = list(fillers)
   rng.shuffle(fillers)
   filler_splits = split_rows(fillers, dev_share, test_share)
-  cue_shares = {}
+  cue_places = {}
   for name in splits:
     cues = [cue for _, cue in splits[name]]
     splits[name], offsets = bury_in_filler(splits[name], filler_splits[name], rng,
                                            *document_chars)
     starts = [len(document[:offset].replace(" ", ""))
               for (_, document), offset in zip(splits[name], offsets)]
-    ends = [start + len(cue.replace(" ", "")) for start, cue in zip(starts, cues)]
-    count = float(max(1, len(starts)))
-    cue_shares[name] = [round(sum(s < first_tokens for s in starts) / count, 4),
-                        round(sum(e <= first_tokens for e in ends) / count, 4)]
-  return cue_shares
+    cue_places[name] = [(start, start + len(cue.replace(" ", "")))
+                        for start, cue in zip(starts, cues)]
+  return cue_places
+
+
+def shares_within(cue_places, first_tokens):
+  """[share of documents whose cue starts within the first `first_tokens` tokens, share
+  whose cue lies wholly within them] of one split's bury_splits places."""
+  count = float(max(1, len(cue_places)))
+  return [round(sum(start < first_tokens for start, _ in cue_places) / count, 4),
+          round(sum(end <= first_tokens for _, end in cue_places) / count, 4)]
 
 
 def write_tsv(path, rows):
@@ -228,11 +236,16 @@ def main():
       sys.exit("--filler_csv=%s is the --csv file: fillers would carry labels and cues" %
                args.filler_csv)
     fillers = [text for _, text in read_rows(args.filler_csv)[0]]
-    cue_in_first = bury_splits(splits, fillers, random.Random(args.seed + 1),
-                               args.document_chars, args.first_tokens, args.dev_share,
-                               args.test_share)
+    cue_places = bury_splits(splits, fillers, random.Random(args.seed + 1),
+                             args.document_chars, args.dev_share, args.test_share)
+    cue_in_first = {name: shares_within(places, args.first_tokens)
+                    for name, places in cue_places.items()}
     rows = [row for name in ("dev", "test", "train") for row in splits[name]]
   os.makedirs(args.output_dir, exist_ok=True)
+  if args.filler_csv:
+    for name, places in cue_places.items():
+      with open(os.path.join(args.output_dir, name + "_cue_tokens.tsv"), "w") as f:
+        f.write("start\tend\n" + "".join("%d\t%d\n" % place for place in places))
   for name, rows_of_split in splits.items():
     write_tsv(os.path.join(args.output_dir, name + ".tsv"), rows_of_split)
   with open(os.path.join(args.output_dir, "labels.txt"), "w", encoding="utf-8") as f:

@@ -10,6 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import make_ner_subset  # pylint: disable=wrong-import-position
+import make_pretraining_corpus  # pylint: disable=wrong-import-position
 import make_review_data  # pylint: disable=wrong-import-position
 import score_multi_label  # pylint: disable=wrong-import-position
 
@@ -81,8 +82,8 @@ def test_bury_splits_gives_each_split_its_own_fillers_and_counts_cue_tokens():
   splits = {"dev": [("a", "甲乙")], "test": [("b", "丙丁")],
             "train": [("a", "甲乙丙"), ("b", "丁戊"), ("a", "己庚")]}
   fillers = ["填%d号" % i for i in range(20)]
-  shares = make_review_data.bury_splits(splits, fillers, random.Random(0), (12, 16), 4,
-                                        0.25, 0.25)
+  places = make_review_data.bury_splits(splits, fillers, random.Random(0), (12, 16), 0.25,
+                                        0.25)
   used = {}
   for name, documents in splits.items():
     words = set(w for _, document in documents for w in document.split())
@@ -90,12 +91,16 @@ def test_bury_splits_gives_each_split_its_own_fillers_and_counts_cue_tokens():
     assert used[name]
   assert not (used["dev"] & used["test"] or used["dev"] & used["train"] or
               used["test"] & used["train"])
+  cues = ("甲乙", "丙丁", "甲乙丙", "丁戊", "己庚")
   for name, documents in splits.items():
+    for (_, document), (start, end) in zip(documents, places[name]):
+      tokens = document.replace(" ", "")
+      assert tokens[start:end] in cues and (start == 0) == (document.split()[0] in cues)
     # Cues of 2-3 tokens: wholly within 4 tokens exactly when they come first.
-    first = [document.split()[0] in ("甲乙", "丙丁", "甲乙丙", "丁戊", "己庚")
-             for _, document in documents]
-    assert shares[name][1] == round(sum(first) / float(len(first)), 4)
-    assert shares[name][0] >= shares[name][1]
+    first = [document.split()[0] in cues for _, document in documents]
+    shares = make_review_data.shares_within(places[name], 4)
+    assert shares[1] == round(sum(first) / float(len(first)), 4)
+    assert shares[0] >= shares[1]
 
 
 def test_sampled_rows_leave_no_label_crowding_dev_and_test():
@@ -109,3 +114,27 @@ def test_sampled_rows_leave_no_label_crowding_dev_and_test():
     common = sum(label == "common" for label, _ in splits[name]) / float(len(splits[name]))
     # 0.5 overall; without the second shuffle, 0.85 in dev.
     assert 0.25 <= common <= 0.75, (name, common)
+
+
+def test_pretraining_corpus_leaves_out_every_held_out_text(tmp_path):
+  (tmp_path / "a.csv").write_text(
+      "cat,label,review\n书籍,1,这本书很好看\n水果,0,苹果不新鲜\n手机,1,屏幕很清楚\n", "utf-8")
+  (tmp_path / "b.csv").write_text("label,review\n1,送餐很快\n0,菜凉了\n1,送餐很快\n", "utf-8")
+  # A dev document buries one review among fillers; a test document is one review alone.
+  (tmp_path / "dev.tsv").write_text("label\ttext_a\n水果\t菜凉了 苹果不新鲜 好吃\n", "utf-8")
+  (tmp_path / "test.tsv").write_text("label\ttext_a\n手机\t屏幕很清楚\n", "utf-8")
+  output = tmp_path / "corpus.txt"
+  sys.argv = ["make_pretraining_corpus.py", "--csv", str(tmp_path / "a.csv") + ":2",
+              "--csv", str(tmp_path / "b.csv"), "--held_out", str(tmp_path / "dev.tsv"),
+              "--held_out", str(tmp_path / "test.tsv"), "--output_file", str(output),
+              "--texts_per_document", "1"]
+  make_pretraining_corpus.main()
+  documents = output.read_text("utf-8").split("\n\n")
+  assert sorted(document.strip() for document in documents) == ["这本书很好看", "送餐很快"]
+
+
+def test_pretraining_corpus_groups_texts_into_documents_of_lines():
+  assert make_pretraining_corpus.group_documents(list("abcde"), 2) == [["a", "b"], ["c", "d"],
+                                                                      ["e"]]
+  assert make_pretraining_corpus.parse_csv_argument("/x/a.csv:2") == ("/x/a.csv", 2)
+  assert make_pretraining_corpus.parse_csv_argument("/x/a.csv") == ("/x/a.csv", 1)
