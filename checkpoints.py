@@ -132,7 +132,9 @@ def write_arrays(values, checkpoint_prefix):
   --init_checkpoint reads.
 
   Args:
-    values: dict variable name (`bert/embeddings/word_embeddings`) -> numpy array.
+    values: dict variable name (`bert/embeddings/word_embeddings`) -> numpy array, kept in
+      its dtype: give BERT's weights as float32 (a float64 array makes a float64 variable,
+      which a float32 model refuses to load).
     checkpoint_prefix: the checkpoint's path; its directory is created if needed.
 
   Returns:

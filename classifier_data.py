@@ -1758,7 +1758,13 @@ class FeatureCache(object):
 
   def __init__(self, split, examples_file_paths, label_list, max_seq_length, vocab_file,
                do_lower_case, task_name, options=FeatureOptions()):
-    """Args: as in cached_features."""
+    """Args:
+      split: cache name prefix ("train", "dev", "test").
+      examples_file_paths: the data files the examples come from
+        (processor.input_files(data_dir, split)).
+      label_list, max_seq_length, vocab_file, do_lower_case, options: as in write_features.
+      task_name: the task (part of the key).
+    """
     self.split = split
     self.examples_file_paths = examples_file_paths
     self.label_list = label_list
@@ -1843,15 +1849,11 @@ def cached_features(split, examples_file_paths, examples, label_list, max_seq_le
   (a FeatureCache in output_dir).
 
   Args:
-    split: cache name prefix ("train", "dev", "test").
-    examples_file_paths: the data files the examples come from
-      (processor.input_files(data_dir, split)).
-    examples: list of InputExample, or a function of no arguments that returns
-      it; the function is called only when the cache has to be built.
-    label_list, max_seq_length, vocab_file, do_lower_case: as in write_features.
-    task_name: the task (part of the key).
+    split, examples_file_paths, label_list, max_seq_length, vocab_file, do_lower_case,
+      task_name, options: as in FeatureCache.
+    examples: as in FeatureCache.features.
     output_dir: where the cache lives (created if needed).
-    num_workers, pool_threshold, pool, options: as in write_features.
+    num_workers, pool_threshold, pool: as in write_features.
 
   Returns:
     (tfrecord_path, num_examples).

@@ -297,12 +297,14 @@ def prepare_output_dir(splits, label_list, processor):
         max_seq_length=FLAGS.max_seq_length, vocab_file=FLAGS.vocab_file,
         do_lower_case=FLAGS.do_lower_case, task_name=FLAGS.task_name,
         options=feature_options())
-  largest = classifier_data.largest_split_to_featurize(splits, caches, planned_cache_dir())
+  cache_dir = planned_cache_dir()
+  largest = classifier_data.largest_split_to_featurize(splits, caches, cache_dir)
   with classifier_data.FeaturizingPool(
       FLAGS.vocab_file, FLAGS.do_lower_case, label_list, FLAGS.max_seq_length,
       FLAGS.num_workers or None, largest_split=largest, options=feature_options()) as pool:
     config = run_settings.make_run_config(FLAGS,
                                           num_train_examples=len(splits.get("train", ())))
+    assert config.cache_dir == cache_dir, (config.cache_dir, cache_dir)
     # Training resumes output_dir's checkpoint, else starts from --init_checkpoint.
     start = (tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
              if FLAGS.do_train else checkpoints.checkpoint_for_inference(

@@ -1,15 +1,20 @@
 # coding=utf-8
-"""Writes a pretraining corpus of real review texts that holds nothing of a held-out set.
+"""Writes a pretraining corpus of real review texts that shares no run of text with a
+held-out set.
 
-For continued MLM pretraining before a benchmark fine-tuning (the user's domain-pretraining
-step, as HFL's RoBERTa-wwm-ext): every text of the given `label,review` CSVs (labels
-ignored) is kept unless it occurs in a text_a of a --held_out TSV (dev.tsv, test.tsv of
-make_review_data.py), so the model never reads a dev or test cue or filler before it is
-scored. The kept texts are shuffled with --seed and grouped --texts_per_document to a
-document, one text a line, documents separated by a blank line: Google's
-create_pretraining_data.py input, where an MLM instance fills up with consecutive lines.
+For MLM pretraining on in-domain text before a benchmark fine-tuning (a user's continued
+pretraining on their own texts): every text of the given `label,review` CSVs (labels
+ignored) is kept unless it shares a run of --shared_chars characters with a text_a of a
+--held_out TSV (dev.tsv, test.tsv of make_review_data.py), or, when shorter than that,
+occurs in one. So the model reads no dev or test cue or filler before it is scored: not
+within a held-out document, not holding one (a longer version of a review), not a
+near-copy of one, and not one read from the wrong CSV column ("1,<review>"). The kept
+texts are shuffled with --seed and grouped --texts_per_document to a document, one text a
+line, documents separated by a blank line: Google's create_pretraining_data.py input, where
+an MLM instance fills up with consecutive lines.
 
-Prints one JSON line: texts read, left out as held out, written, documents, characters.
+Prints one JSON line: texts read, distinct, left out as held out, written, documents,
+characters.
 
   python benchmarks/make_pretraining_corpus.py --csv os10.csv:2 --csv waimai_10k.csv \
     --held_out /tmp/cue/dev.tsv --held_out /tmp/cue/test.tsv --output_file /tmp/corpus.txt
@@ -37,13 +42,22 @@ def read_held_out(paths):
   return texts
 
 
-def leave_out_held_out(texts, held_out_texts):
-  """The texts that occur in none of held_out_texts (as a whole or inside one), in order,
-  and how many were left out. A text too short to say anything (inside nearly every
-  document) is left out too: the rule errs towards leaving out."""
+def leave_out_held_out(texts, held_out_texts, shared_chars):
+  """The texts that share no run of `shared_chars` characters with any of held_out_texts
+  and, when shorter than that, occur in none of them; in order, and how many were left
+  out. The rule errs towards leaving out: a short text found inside some document goes."""
+  runs = set(held_out[start:start + shared_chars] for held_out in held_out_texts
+             for start in range(len(held_out) - shared_chars + 1))
   # "\n" occurs in no text (make_review_data folds whitespace), so no match spans two.
-  held_out = "\n".join(held_out_texts)
-  kept = [text for text in texts if text not in held_out]
+  joined = "\n".join(held_out_texts)
+
+  def held_out(text):
+    if len(text) < shared_chars:
+      return text in joined
+    return any(text[start:start + shared_chars] in runs
+               for start in range(len(text) - shared_chars + 1))
+
+  kept = [text for text in texts if not held_out(text)]
   return kept, len(texts) - len(kept)
 
 
@@ -69,6 +83,8 @@ def main():
   parser.add_argument("--output_file", required=True)
   parser.add_argument("--texts_per_document", type=int, default=16)
   parser.add_argument("--seed", type=int, default=12345)
+  parser.add_argument("--shared_chars", type=int, default=20,
+                      help="leave out a text sharing a run this long with a held-out text")
   args = parser.parse_args()
   texts = []
   for value in args.csv:
@@ -76,7 +92,7 @@ def main():
     texts.extend(text for _, text in make_review_data.read_rows(path, 0, text_column)[0])
   read = len(texts)
   texts = sorted(set(texts))  # a text repeated in the CSVs is read once
-  kept, left_out = leave_out_held_out(texts, read_held_out(args.held_out))
+  kept, left_out = leave_out_held_out(texts, read_held_out(args.held_out), args.shared_chars)
   random.Random(args.seed).shuffle(kept)
   documents = group_documents(kept, args.texts_per_document)
   with open(args.output_file, "w", encoding="utf-8") as f:

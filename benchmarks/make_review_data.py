@@ -28,8 +28,8 @@ food-delivery reviews), drawn until the document has a random length in
 documents hold no training filler. The JSON line then also gives, per split, the shares of
 documents whose cue starts, and lies wholly, within the first --first_tokens tokens
 (what truncation reads: max_seq_length - 2), and <split>_cue_tokens.tsv gives each
-document's cue place (`start<TAB>end`, tokens, in the TSV's order), to score by it.
---max_chars leaves out longer texts (cues).
+document's cue place (`start<TAB>end`, tokens, end exclusive, in the TSV's order), to
+score by it. --max_chars leaves out longer texts (cues).
 
 Prints one JSON line: example counts and the length distribution (characters) of the
 training texts. The model trains from random weights: there is no pretrained checkpoint
@@ -168,7 +168,8 @@ def bury_splits(splits, fillers, rng, document_chars, dev_share, test_share):
   splits.
 
   Returns:
-    dict split -> per document, (the token where its cue starts, the token after its cue).
+    dict split -> per document, (the token where its cue starts, the token after its cue:
+    end exclusive).
     Tokens are counted as the characters that are not spaces: one token each in the vocab
     build_vocab makes.
   """

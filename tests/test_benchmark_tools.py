@@ -116,7 +116,7 @@ def test_sampled_rows_leave_no_label_crowding_dev_and_test():
     assert 0.25 <= common <= 0.75, (name, common)
 
 
-def test_pretraining_corpus_leaves_out_every_held_out_text(tmp_path):
+def test_pretraining_corpus_leaves_out_every_held_out_text(tmp_path, monkeypatch):
   (tmp_path / "a.csv").write_text(
       "cat,label,review\n书籍,1,这本书很好看\n水果,0,苹果不新鲜\n手机,1,屏幕很清楚\n", "utf-8")
   (tmp_path / "b.csv").write_text("label,review\n1,送餐很快\n0,菜凉了\n1,送餐很快\n", "utf-8")
@@ -124,13 +124,25 @@ def test_pretraining_corpus_leaves_out_every_held_out_text(tmp_path):
   (tmp_path / "dev.tsv").write_text("label\ttext_a\n水果\t菜凉了 苹果不新鲜 好吃\n", "utf-8")
   (tmp_path / "test.tsv").write_text("label\ttext_a\n手机\t屏幕很清楚\n", "utf-8")
   output = tmp_path / "corpus.txt"
-  sys.argv = ["make_pretraining_corpus.py", "--csv", str(tmp_path / "a.csv") + ":2",
-              "--csv", str(tmp_path / "b.csv"), "--held_out", str(tmp_path / "dev.tsv"),
-              "--held_out", str(tmp_path / "test.tsv"), "--output_file", str(output),
-              "--texts_per_document", "1"]
+  monkeypatch.setattr(sys, "argv", [
+      "make_pretraining_corpus.py", "--csv", str(tmp_path / "a.csv") + ":2",
+      "--csv", str(tmp_path / "b.csv"), "--held_out", str(tmp_path / "dev.tsv"),
+      "--held_out", str(tmp_path / "test.tsv"), "--output_file", str(output),
+      "--texts_per_document", "1"])
   make_pretraining_corpus.main()
   documents = output.read_text("utf-8").split("\n\n")
   assert sorted(document.strip() for document in documents) == ["这本书很好看", "送餐很快"]
+
+
+def test_pretraining_corpus_leaves_out_texts_sharing_a_run_with_a_held_out_text():
+  held_out = ["菜凉了 屏幕很清楚，电池也耐用 好吃"]
+  texts = ["屏幕很清楚，电池也耐用，推荐购买",  # holds a held-out review: shares a run
+           "我觉得屏幕很清楚，电池也耐用",  # a near-copy
+           "1,屏幕很清楚，电池也耐用",  # read from the wrong column
+           "电池也耐",  # short, inside a held-out text
+           "屏幕很清楚，物流也很快，下次再来"]  # shares only 6 characters
+  kept, left_out = make_pretraining_corpus.leave_out_held_out(texts, held_out, 8)
+  assert kept == ["屏幕很清楚，物流也很快，下次再来"] and left_out == 4
 
 
 def test_pretraining_corpus_groups_texts_into_documents_of_lines():

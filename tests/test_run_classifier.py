@@ -745,7 +745,7 @@ def test_undefok_and_googles_tpu_flags_are_accepted(demo_data, tmp_path):
 
 
 # Runs run_classifier_mgpu.py, writing a line to stderr for each multiprocessing.Pool started
-# (the featurizing processes), before the pool forks.
+# (the featurizing processes), before the pool forks, and one when the device check starts.
 COUNT_POOLS = """
 import multiprocessing, os, runpy, sys
 start_pool = multiprocessing.Pool
@@ -755,8 +755,15 @@ def counted_pool(*args, **kwargs):
   return start_pool(*args, **kwargs)
 multiprocessing.Pool = counted_pool
 repo_dir = %r
-script = os.path.join(repo_dir, "run_classifier_mgpu.py")
 sys.path.insert(0, repo_dir)
+import run_settings
+check_devices = run_settings.make_run_config
+def logged_check(*args, **kwargs):
+  sys.stderr.write("device check started\\n")
+  sys.stderr.flush()
+  return check_devices(*args, **kwargs)
+run_settings.make_run_config = logged_check
+script = os.path.join(repo_dir, "run_classifier_mgpu.py")
 sys.argv = [script] + sys.argv[1:]
 runpy.run_path(script, run_name="__main__")
 """ % cli.REPO_DIR
@@ -782,6 +789,8 @@ def test_featurizing_processes_start_only_for_splits_that_are_not_cached(demo_da
 
   first = run(do_predict=None)
   assert first.count("multiprocessing.Pool started") == 1, first[-3000:]
+  # Forked before the device check, which may start TensorFlow's GPU runtime.
+  assert first.index("multiprocessing.Pool started") < first.index("device check started")
   assert "%d examples with 2 processes" % (NUM_TRAIN * copies) in first
   rerun = run(do_predict=None)
   assert "reusing cached train features" in rerun and "reusing cached dev features" in rerun
