@@ -1698,6 +1698,24 @@ def largest_split_to_featurize(splits, caches, cache_dir):
               if caches[split].info(cache_dir) is None] or [0])
 
 
+def featurizing_plan(splits, processor, data_dir, cache_dir, task_name, num_workers=None,
+                     **settings):
+  """(caches, pool): each split's FeatureCache (split_caches) and a FeaturizingPool that
+  forks only when a split without a valid cache in cache_dir is large enough to use it.
+
+  Args:
+    splits, processor, data_dir: as in split_caches.
+    cache_dir: where the caches live (known before the device check, so the pool can fork
+      first: run_settings.planned_cache_dir).
+    task_name: the task (part of the cache key).
+    num_workers: as in FeaturizingPool.
+    **settings: label_list, max_seq_length, vocab_file, do_lower_case, options.
+  """
+  caches = split_caches(splits, processor, data_dir, task_name=task_name, **settings)
+  largest = largest_split_to_featurize(splits, caches, cache_dir)
+  return caches, FeaturizingPool(num_workers=num_workers, largest_split=largest, **settings)
+
+
 def cached_split_features(splits, caches, cache_dir, pool):
   """{split: TFRecord path} of each split through FeatureCache.features (featurized only
   when no valid cache exists).
@@ -1840,26 +1858,3 @@ class FeatureCache(object):
     _remove_stale_caches(cache_dir, self.split,
                          (os.path.basename(record_path), os.path.basename(info_path)))
     return record_path, num_examples
-
-
-def cached_features(split, examples_file_paths, examples, label_list, max_seq_length,
-                    vocab_file, do_lower_case, task_name, output_dir, num_workers=None,
-                    pool_threshold=POOL_THRESHOLD, pool=None, options=FeatureOptions()):
-  """Returns the TFRecord file of a split, featurizing only when no valid cache exists
-  (a FeatureCache in output_dir).
-
-  Args:
-    split, examples_file_paths, label_list, max_seq_length, vocab_file, do_lower_case,
-      task_name, options: as in FeatureCache.
-    examples: as in FeatureCache.features.
-    output_dir: where the cache lives (created if needed).
-    num_workers, pool_threshold, pool: as in write_features.
-
-  Returns:
-    (tfrecord_path, num_examples).
-  """
-  cache = FeatureCache(split, examples_file_paths, label_list=label_list,
-                       max_seq_length=max_seq_length, vocab_file=vocab_file,
-                       do_lower_case=do_lower_case, task_name=task_name, options=options)
-  return cache.features(examples, output_dir, num_workers=num_workers,
-                        pool_threshold=pool_threshold, pool=pool)

@@ -272,39 +272,25 @@ def export_model():
   return path
 
 
-def planned_cache_dir():
-  """The config.cache_dir that make_run_config() will give, known before the device check:
-  the output_dir and worker flags alone decide it (a non-chief worker's directory under the
-  temp dir included), and reading them starts no TensorFlow runtime."""
-  return run_settings.RunConfig(FLAGS.output_dir,
-                                cluster=run_settings.run_cluster(FLAGS)).cache_dir
-
-
 def prepare_output_dir(splits, label_list, processor):
   """The device check, then output_dir: claimed, the model files written, the splits
   featurized (or their cache reused).
 
-  The featurizing processes fork first, before the device check starts TensorFlow's GPU
-  runtime, and only when a split without a valid cache is large enough to use them (a rerun
-  on cached features forks none); a refused check ends them and writes nothing.
+  The featurizing processes fork before the device check starts TensorFlow's GPU runtime,
+  only for a split without a valid cache; a refused check ends them and writes nothing.
 
   Returns:
     (RunConfig, dict split -> TFRecord path).
   """
   with phases.timed("featurize"):  # hashing the inputs for the cache keys
-    caches = classifier_data.split_caches(
-        splits, processor, FLAGS.data_dir, label_list=label_list,
+    caches, pool = classifier_data.featurizing_plan(
+        splits, processor, FLAGS.data_dir, run_settings.planned_cache_dir(FLAGS),
+        FLAGS.task_name, FLAGS.num_workers or None, label_list=label_list,
         max_seq_length=FLAGS.max_seq_length, vocab_file=FLAGS.vocab_file,
-        do_lower_case=FLAGS.do_lower_case, task_name=FLAGS.task_name,
-        options=feature_options())
-  cache_dir = planned_cache_dir()
-  largest = classifier_data.largest_split_to_featurize(splits, caches, cache_dir)
-  with classifier_data.FeaturizingPool(
-      FLAGS.vocab_file, FLAGS.do_lower_case, label_list, FLAGS.max_seq_length,
-      FLAGS.num_workers or None, largest_split=largest, options=feature_options()) as pool:
+        do_lower_case=FLAGS.do_lower_case, options=feature_options())
+  with pool:
     config = run_settings.make_run_config(FLAGS,
                                           num_train_examples=len(splits.get("train", ())))
-    assert config.cache_dir == cache_dir, (config.cache_dir, cache_dir)
     # Training resumes output_dir's checkpoint, else starts from --init_checkpoint.
     start = (tf.train.latest_checkpoint(FLAGS.output_dir) or FLAGS.init_checkpoint
              if FLAGS.do_train else checkpoints.checkpoint_for_inference(

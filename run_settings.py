@@ -291,6 +291,14 @@ def _training_steps(config, flag_values, num_train_examples, example_noun):
                                                          epochs)
 
 
+def planned_cache_dir(flag_values):
+  """The cache_dir make_run_config() will give, known before the device check (to decide
+  whether to fork featurizing processes): output_dir and the worker flags alone decide it,
+  and reading them starts no TensorFlow runtime."""
+  return RunConfig(flag_value(flag_values, "output_dir"),
+                   cluster=run_cluster(flag_values)).cache_dir
+
+
 def make_run_config(flag_values, num_train_examples=None, example_noun="training examples"):
   """The RunConfig of a run, from the flags: the one place for batch and step arithmetic.
 

@@ -634,10 +634,10 @@ class CacheFixture(object):
   def run(self, max_seq_length=8, labels=("a", "b"), do_lower_case=True, task_name="tsv"):
     processor = rc.get_processor("tsv")
     files = processor.input_files(self.data_dir, "train")
-    return rc.cached_features("train", files,
-                              lambda: processor.get_train_examples(self.data_dir),
-                              list(labels), max_seq_length, self.vocab_file, do_lower_case,
-                              task_name, self.output_dir)
+    cache = rc.FeatureCache("train", files, list(labels), max_seq_length, self.vocab_file,
+                            do_lower_case, task_name)
+    return cache.features(lambda: processor.get_train_examples(self.data_dir),
+                          self.output_dir)
 
   def cache_files(self):
     return sorted(name for name in os.listdir(self.output_dir) if not name.startswith("."))
@@ -702,8 +702,8 @@ def test_cache_hit_does_not_read_the_examples(tmp_path, monkeypatch):
   def fail():
     raise AssertionError("examples were read although the cache is valid")
   files = [fixture.train_file]
-  path, count = rc.cached_features("train", files, fail, ["a", "b"], 8, fixture.vocab_file,
-                                   True, "tsv", fixture.output_dir)
+  cache = rc.FeatureCache("train", files, ["a", "b"], 8, fixture.vocab_file, True, "tsv")
+  path, count = cache.features(fail, fixture.output_dir)
   assert count == 2
 
 
