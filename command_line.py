@@ -95,6 +95,12 @@ def define_shared_flags(names, **defaults):
   define_device_flags(training=True)
   flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, shuffling and dropout.")
   flags.DEFINE_enum("optimizer", "adamw", ["adamw", "radam", "lamb"], "The optimizer.")
+  flags.DEFINE_enum("initializer", "truncated_normal", list(modeling.INITIALIZERS),
+                    "Distribution of the weights that no checkpoint gives (all of them when "
+                    "training from scratch, else the task head): Google's truncated normal "
+                    "(stddev initializer_range, cut at 2 stddev), or 'normal': the untruncated "
+                    "normal and a zero [PAD] embedding row, as transformers' BERT starts "
+                    "(docs/PERFORMANCE.md: training from random weights).")
   flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep in output_dir (0: all).")
   flags.DEFINE_integer("log_steps", 100, "Log progress every this many steps.")
   flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches whose gradients are averaged "

@@ -18,6 +18,7 @@ from __future__ import division
 from __future__ import print_function
 
 import collections
+import contextlib
 import copy
 import json
 import math
@@ -667,9 +668,55 @@ def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
   return dropout(output_tensor, dropout_prob)
 
 
+# Distributions of newly created weights (those no checkpoint gives): Google's truncated
+# normal (the default; cut at 2 stddev, so its real stddev is 0.88 x initializer_range), or
+# transformers' BERT's untruncated normal, with the [PAD] row of the word embeddings zero.
+INITIALIZERS = ("truncated_normal", "normal")
+_initializer = ["truncated_normal"]  # the one in force; set by weight_initializer()
+
+# The id whose word-embedding row starts at zero under the "normal" initializer: [PAD]
+# in Google's vocabularies, transformers' pad_token_id.
+PAD_ID = 0
+
+
+@contextlib.contextmanager
+def weight_initializer(name):
+  """Within the context, create_initializer (and the word-embedding table) draw from
+  `name`, one of INITIALIZERS; the model functions build their variables inside it.
+
+  Args:
+    name: "truncated_normal" (Google's) or "normal" (transformers').
+  """
+  if name not in INITIALIZERS:
+    raise ValueError("initializer %r: use one of %s" % (name, ", ".join(INITIALIZERS)))
+  previous = _initializer[0]
+  _initializer[0] = name
+  try:
+    yield
+  finally:
+    _initializer[0] = previous
+
+
 def create_initializer(initializer_range=0.02):
-  """Returns a truncated normal initializer with stddev `initializer_range`."""
+  """Returns the weight initializer with stddev `initializer_range`: truncated normal
+  (Google's), or normal inside weight_initializer("normal")."""
+  if _initializer[0] == "normal":
+    return tf.random_normal_initializer(stddev=initializer_range)
   return tf.truncated_normal_initializer(stddev=initializer_range)
+
+
+def _word_embedding_initializer(initializer_range):
+  """create_initializer's, with row PAD_ID zero under the "normal" initializer (as
+  transformers' nn.Embedding(padding_idx=pad_token_id) starts)."""
+  initializer = create_initializer(initializer_range)
+  if _initializer[0] != "normal":
+    return initializer
+
+  def pad_row_zero(shape, dtype=tf.float32, partition_info=None):
+    values = initializer(shape, dtype=dtype, partition_info=partition_info)  # [vocab, width]
+    keep = tf.cast(tf.not_equal(tf.range(shape[0]), PAD_ID), values.dtype)  # [vocab]
+    return values * keep[:, None]
+  return pad_row_zero
 
 
 def dense_layer(input_tensor, units, activation=None, kernel_initializer=None,
@@ -723,7 +770,8 @@ def embedding_lookup(input_ids,
       Google's code, is accepted too).
     vocab_size: rows of the embedding table.
     embedding_size: width of the embeddings.
-    initializer_range: stddev of the table's truncated normal initializer.
+    initializer_range: stddev of the table's initializer (create_initializer's; row
+      PAD_ID zero under weight_initializer("normal")).
     word_embedding_name: name of the table variable.
     use_one_hot_embeddings: True multiplies a one-hot matrix with the table
       (dense gradient); False gathers rows (IndexedSlices gradient).
@@ -743,7 +791,7 @@ def embedding_lookup(input_ids,
   embedding_table = tf.get_variable(
       name=word_embedding_name,
       shape=[vocab_size, embedding_size],
-      initializer=create_initializer(initializer_range))
+      initializer=_word_embedding_initializer(initializer_range))
 
   flat_ids = tf.reshape(input_ids, [-1])  # [batch * seq]
   if use_one_hot_embeddings:

@@ -87,7 +87,7 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None):
     with tf.variable_scope(HEAD_SCOPE):
       output_weights = tf.get_variable(
           "output_weights", [num_tags, bert_config.hidden_size],
-          initializer=tf.truncated_normal_initializer(stddev=0.02))
+          initializer=modeling.create_initializer(0.02))
       output_bias = tf.get_variable("output_bias", [num_tags],
                                     initializer=tf.zeros_initializer())
       transitions = crf.transition_variable(num_tags) if use_crf else None

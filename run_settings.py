@@ -219,6 +219,8 @@ class RunConfig(object):
     self.num_warmup_steps = fields.pop("num_warmup_steps", 0)
     self.learning_rate = fields.pop("learning_rate", 5e-5)
     self.optimizer = fields.pop("optimizer", "adamw")
+    # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
+    self.initializer = fields.pop("initializer", "truncated_normal")
     self.save_checkpoints_steps = fields.pop("save_checkpoints_steps", 1000)
     self.keep_checkpoint_max = fields.pop("keep_checkpoint_max", 5)
     self.log_steps = fields.pop("log_steps", 100)
@@ -263,6 +265,8 @@ class RunConfig(object):
     steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g, precision %s%s" % (
         self.num_train_steps, self.num_warmup_steps, self.optimizer, self.learning_rate,
         self.devices.precision, ", XLA" if self.devices.use_xla else "")
+    if self.initializer != "truncated_normal":
+      steps += ", new weights drawn from the %s initializer" % self.initializer
     if self.train_data_description:
       steps = "%s = %s" % (self.train_data_description, steps)
     return lines + [steps] + self.plan.describe()
@@ -321,7 +325,7 @@ def make_run_config(flag_values, num_train_examples=None, example_noun="training
   devices = device_settings_from_flags(flag_values, training=do_train).check()
   fields = {name: getattr(flag_values, name) for name in (
       "init_checkpoint", "train_batch_size", "eval_batch_size", "predict_batch_size",
-      "accumulation_steps", "learning_rate", "optimizer", "save_checkpoints_steps",
+      "accumulation_steps", "learning_rate", "optimizer", "initializer", "save_checkpoints_steps",
       "keep_checkpoint_max", "log_steps", "random_seed", "group_by_length",
       "worker_timeout_secs", "worker_startup_timeout_secs") if name in flag_values}
   config = RunConfig(flag_value(flag_values, "output_dir"), devices=devices, **fields)

@@ -67,7 +67,7 @@ def create_model_fn(bert_config, max_seq_length=None):
                                                                   expected_rank=3)
     output_weights = tf.get_variable(
         "cls/squad/output_weights", [2, hidden_size],
-        initializer=tf.truncated_normal_initializer(stddev=0.02))
+        initializer=modeling.create_initializer(0.02))
     output_bias = tf.get_variable("cls/squad/output_bias", [2],
                                   initializer=tf.zeros_initializer())
     flat_output = tf.reshape(sequence_output, [batch_size * seq_length, hidden_size])

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 import checkpoints
+import modeling
 import multigpu
 import output_files
 import phases
@@ -164,7 +165,8 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
   Inference in a single-process run, also the towers of its datasets."""
   plan = config.plan
   graph = tf.Graph()
-  with graph.as_default(), tf.device(plan.worker_device() if config.cluster else None):
+  with graph.as_default(), tf.device(plan.worker_device() if config.cluster else None), \
+      modeling.weight_initializer(config.initializer):
     peers = Peers(config, plan)  # first: see Peers
     if config.random_seed is not None:
       tf.set_random_seed(config.random_seed)

@@ -8,7 +8,7 @@ it, and a training graph builds others.)
 
   # weights drawn by our initializers (Google's: truncated normal), for both:
   python benchmarks/checkpoint_npz.py --initial_weights BERT_CONFIG NUM_LABELS INIT_SEED \
-      W.npz [--multi_label]
+      W.npz [--multi_label | --ner]
   # HF's initial weights (hf_finetune.py --save_init_npz W.npz), or the above, for ours'
   # --init_checkpoint=OUT_DIR/model.ckpt:
   python benchmarks/checkpoint_npz.py --from_npz W.npz OUT_DIR/model.ckpt
@@ -29,6 +29,7 @@ import tensorflow.compat.v1 as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import checkpoints  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
+import ner_model  # pylint: disable=wrong-import-position
 import run_classifier_mgpu  # pylint: disable=wrong-import-position
 
 
@@ -71,18 +72,26 @@ def npz_to_checkpoint(npz_path, checkpoint_prefix):
                                     checkpoint_prefix)
 
 
-def initial_weights_to_npz(bert_config_file, num_labels, init_seed, npz_path, multi_label):
+def initial_weights_to_npz(bert_config_file, num_labels, init_seed, npz_path, multi_label,
+                           ner=False):
   """Writes weights drawn by the initializers of run_classifier_mgpu.py's model (Google's:
-  truncated normal with stddev initializer_range, zero biases, LayerNorm 1 and 0) under
-  graph seed init_seed. Not the weights a `--random_seed=init_seed` run starts from (see
-  the module docstring): load them into both runs."""
+  truncated normal with stddev initializer_range, zero biases, LayerNorm 1 and 0), or with
+  `ner` of run_ner_mgpu.py's (num_labels tags), under graph seed init_seed. Not the
+  weights a `--random_seed=init_seed` run starts from (see the module docstring): load
+  them into both runs."""
   check_npz_path(npz_path)
   config = modeling.BertConfig.from_json_file(bert_config_file)
   with tf.Graph().as_default():
     tf.set_random_seed(init_seed)
     ones = tf.ones([1, 8], tf.int32)
-    run_classifier_mgpu.create_model_fn(config, num_labels, multi_label, None)(
-        {"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0}, is_training=False)
+    if ner:
+      model_fn = ner_model.create_model_fn(config, num_labels)
+    else:
+      model_fn = run_classifier_mgpu.create_model_fn(config, num_labels, multi_label, None)
+    features = {"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0}
+    if ner:
+      features["tag_mask"] = ones
+    model_fn(features, is_training=False)
     variables = tf.global_variables()
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())
@@ -98,6 +107,8 @@ def main(argv=None):
   group.add_argument("--initial_weights", nargs=4,
                      metavar=("BERT_CONFIG", "NUM_LABELS", "INIT_SEED", "NPZ"))
   p.add_argument("--multi_label", action="store_true", help="with --initial_weights")
+  p.add_argument("--ner", action="store_true",
+                 help="with --initial_weights: run_ner_mgpu.py's model, NUM_LABELS tags")
   args = p.parse_args(argv)
   if args.to_npz:
     names = checkpoint_to_npz(*args.to_npz)
@@ -106,7 +117,8 @@ def main(argv=None):
     print("-> %s" % npz_to_checkpoint(*args.from_npz))
   else:
     config, num_labels, init_seed, npz_path = args.initial_weights
-    initial_weights_to_npz(config, int(num_labels), int(init_seed), npz_path, args.multi_label)
+    initial_weights_to_npz(config, int(num_labels), int(init_seed), npz_path, args.multi_label,
+                           args.ner)
     print("-> %s" % npz_path)
 
 

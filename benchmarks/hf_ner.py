@@ -23,7 +23,8 @@ Recipe, matched to ours:
   * Steps: int(sentences x epochs / batch), as Google's scripts count them, over
     reshuffled epochs (the last, incomplete batch of an epoch is dropped).
   * Optimizer: torch AdamW (weight decay 0.01 except LayerNorm and biases, eps 1e-6;
-    hf_common.make_optimizer), gradient norm clipped to 1.0. Learning rate: Google's
+    hf_common.make_optimizer), or with --google_adamw Google's AdamWeightDecay (ours: no
+    bias correction), gradient norm clipped to 1.0. Learning rate: Google's
     BERT schedule by default (--lr_schedule=google): `lr * step / warmup` during the
     int(steps x --warmup_proportion) warmup steps, then `lr * (1 - step / steps)`, the
     linear decay counted from step 0 (optimization.learning_rate_schedule). With
@@ -42,7 +43,8 @@ kept) and prints one JSON line: seconds of featurize, train, eval, predict and t
   python benchmarks/hf_ner.py --data_dir D/conll --vocab_file D/vocab.txt \\
       --bert_config_file D/bert_config.json --output_dir OUT \\
       [--max_seq_length 128] [--train_batch_size 32] [--learning_rate 5e-5] \\
-      [--num_train_epochs 3] [--warmup_proportion 0.1] [--threads N] [--seed 12345]
+      [--num_train_epochs 3] [--warmup_proportion 0.1] [--threads N] [--seed 12345] \\
+      [--google_adamw] [--init_npz W.npz] [--save_init_npz W.npz] [--log_every 50]
 """
 
 import argparse
@@ -62,6 +64,8 @@ import hf_common  # pylint: disable=wrong-import-position
 import hf_finetune  # pylint: disable=wrong-import-position
 import ner_scoring  # pylint: disable=wrong-import-position
 
+# ner_model.HEAD_SCOPE: where our checkpoints keep the tagging head's weights.
+HEAD_SCOPE = "cls/ner"
 IGNORED = -100  # the label id torch's cross-entropy (and so BertForTokenClassification) skips
 _COLUMNS = re.compile(r"[ \t]+")
 
@@ -84,6 +88,15 @@ def parse_args(argv=None):
                  help="transformers' attention (default: transformers' own, sdpa)")
   p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: all cores")
   p.add_argument("--seed", type=int, default=12345)
+  p.add_argument("--google_adamw", action="store_true",
+                 help="Google's AdamWeightDecay (no bias correction, as ours) instead of AdamW")
+  p.add_argument("--init_npz", help="start from these weights (Google names, as "
+                 "checkpoint_npz.py --to_npz or --initial_weights --task=ner writes) "
+                 "instead of transformers' initializer")
+  p.add_argument("--save_init_npz", help="write the initial weights here (Google names) "
+                 "before training, for checkpoint_npz.py --from_npz")
+  p.add_argument("--log_every", type=int, default=0,
+                 help="log the mean training loss of every this many steps (0: never)")
   return p.parse_args(argv)
 
 
@@ -212,6 +225,10 @@ def main(argv=None):
   config = hf_common.hf_bert_config(hf_common.read_google_config(args.bert_config_file),
                                     len(labels), args.attn_implementation)
   model = transformers.BertForTokenClassification(config)
+  if args.init_npz:
+    hf_common.load_npz(model, args.init_npz, HEAD_SCOPE)
+  if args.save_init_npz:
+    hf_common.save_npz(model, args.save_init_npz, HEAD_SCOPE)
   collator = transformers.DataCollatorForTokenClassification(tokenizer,
                                                              label_pad_token_id=IGNORED)
   loader = torch.utils.data.DataLoader(
@@ -221,11 +238,12 @@ def main(argv=None):
   if num_steps < 1 or len(loader) < 1:
     sys.exit("fewer training sentences than one batch")
   num_warmup = int(num_steps * args.warmup_proportion)
-  optimizer = hf_common.make_optimizer(model, args.learning_rate)
+  optimizer = hf_common.make_optimizer(model, args.learning_rate,
+                                       google_adamw=args.google_adamw)
   scheduler = hf_common.make_scheduler(optimizer, args.lr_schedule, num_warmup, num_steps)
 
   trained, loss, train_seconds = hf_common.train_steps(
-      model, loader, optimizer, scheduler, num_steps)
+      model, loader, optimizer, scheduler, num_steps, args.log_every)
 
   start = time.perf_counter()
   dev_scores = None
@@ -280,6 +298,9 @@ def main(argv=None):
       "max_seq_length": args.max_seq_length,
       "learning_rate": args.learning_rate,
       "lr_schedule": args.lr_schedule,
+      "optimizer": "google_adamw" if args.google_adamw else "torch_adamw",
+      "init_npz": args.init_npz,
+      "seed": args.seed,
       "num_train_epochs": args.num_train_epochs,
       "threads": threads,
       "predict_file": predict_path,

@@ -671,3 +671,63 @@ def test_missing_checkpoint_names_the_path(tmp_path):
     with pytest.raises(ValueError) as e:
       modeling.get_assignment_map_from_checkpoint(tf.trainable_variables(), path)
   assert path in str(e.value)
+
+
+# ---------------------------------------------------------------- initializers
+
+
+def _initial_weights(initializer=None, seed=7):
+  """The initial values of a BertModel of a 400-piece vocab, hidden 64, by name."""
+  config = tiny_config(vocab_size=400, hidden_size=64, num_attention_heads=4,
+                       intermediate_size=128)
+  with tf.Graph().as_default():
+    tf.set_random_seed(seed)
+    ids = tf.ones([1, SEQ], tf.int32)
+    if initializer is None:
+      modeling.BertModel(config, is_training=False, input_ids=ids)
+    else:
+      with modeling.weight_initializer(initializer):
+        modeling.BertModel(config, is_training=False, input_ids=ids)
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      return {variable_name(v): sess.run(v) for v in tf.global_variables()}
+
+
+def _kernels_and_tables(weights):
+  """Every weight the initializer draws (kernels and embedding tables), flattened."""
+  return np.concatenate([value.ravel() for name, value in weights.items()
+                         if name.endswith(("/kernel", "_embeddings"))])
+
+
+def test_default_initializer_is_googles_truncated_normal():
+  weights = _initial_weights()
+  values = _kernels_and_tables(weights)
+  assert np.abs(values).max() <= 2 * 0.02 + 1e-7  # cut at two stddev
+  assert abs(values.std() - 0.88 * 0.02) < 0.0005  # so its real stddev is 0.88 x 0.02
+  assert np.abs(weights["bert/embeddings/word_embeddings"][modeling.PAD_ID]).max() > 0
+  # The context's own default draws the very same values (same ops, same seeds).
+  same = _initial_weights("truncated_normal")
+  for name, value in weights.items():
+    np.testing.assert_array_equal(same[name], value, err_msg=name)
+
+
+def test_normal_initializer_draws_transformers_distribution_with_a_zero_pad_row():
+  weights = _initial_weights("normal")
+  values = _kernels_and_tables(weights)
+  assert abs(values.std() - 0.02) < 0.0005  # the untruncated stddev is initializer_range
+  assert np.mean(np.abs(values) > 2 * 0.02) > 0.03  # the tails beyond two stddev (4.6%)
+  table = weights["bert/embeddings/word_embeddings"]
+  np.testing.assert_array_equal(table[modeling.PAD_ID], np.zeros(table.shape[1]))
+  assert np.all(np.abs(table[modeling.PAD_ID + 1:]).max(axis=1) > 0)
+  # LayerNorm and biases start as in Google's model.
+  assert np.all(weights["bert/embeddings/LayerNorm/gamma"] == 1)
+  assert np.all(weights["bert/encoder/layer_0/output/dense/bias"] == 0)
+
+
+def test_initializer_context_is_restored_and_checks_its_name():
+  with modeling.weight_initializer("normal"):
+    assert isinstance(modeling.create_initializer(), tf.random_normal_initializer)
+  assert isinstance(modeling.create_initializer(), tf.truncated_normal_initializer)
+  with pytest.raises(ValueError, match="uniform"):
+    with modeling.weight_initializer("uniform"):
+      pass

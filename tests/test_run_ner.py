@@ -194,3 +194,26 @@ def test_a_tag_outside_the_scheme_is_one_line_and_creates_nothing(data, tmp_path
   result = cli.run_script("run_ner_mgpu.py", args)
   cli.assert_one_line_error(result, str(data_dir / "dev.txt"), "line 3", "X-FOO")
   assert not os.path.exists(output_dir)
+
+
+def test_normal_initializer_reaches_the_model_and_keeps_the_pad_row_zero(data, tmp_path):
+  # --initializer=normal (transformers' start, for training from scratch) zeroes the [PAD]
+  # embedding row, which gets no gradient: after training it is still exactly zero, where
+  # Google's default initializer left it random. The log names the initializer.
+  def run(name, *extra):
+    output_dir = str(tmp_path / name)
+    result = cli.run_script("run_ner_mgpu.py", ner_flags(
+        data, "conll", output_dir, do_eval=False, do_predict=False, num_train_epochs=0.3)
+        + list(extra))
+    cli.assert_succeeded(result)
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+    return reader.get_tensor("bert/embeddings/word_embeddings"), result.stderr
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    (normal, normal_log), (default, default_log) = pool.map(
+        lambda args: run(*args), [("normal", "--initializer=normal"), ("default",)])
+  assert np.all(normal[0] == 0)
+  assert np.all(np.abs(normal[1:]).max(axis=1) > 0)
+  assert np.abs(default[0]).max() > 0
+  assert "new weights drawn from the normal initializer" in normal_log
+  schedule_lines = [line for line in default_log.splitlines() if "warmup steps" in line]
+  assert schedule_lines and not any("initializer" in line for line in schedule_lines)
