@@ -27,6 +27,7 @@ import classifier_data
 import classifier_metrics
 import clue_submission
 import command_line
+import length_grouping
 import long_text
 import modeling
 import multi_label
@@ -76,7 +77,7 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
     with (tf.variable_scope(MULTI_LABEL_SCOPE) if multi_label else contextlib.nullcontext()):
       output_weights = tf.get_variable(
           "output_weights", [num_labels, bert_config.hidden_size],
-          initializer=tf.truncated_normal_initializer(stddev=0.02))
+          initializer=modeling.create_initializer(0.02))
       output_bias = tf.get_variable("output_bias", [num_labels],
                                     initializer=tf.zeros_initializer())
     if is_training:
@@ -184,6 +185,12 @@ def define_flags():
                     "the texts as single tokens (e.g. blanked texts for a pair classifier "
                     "after --pretraining_task=pair_span); default: split them, as Google's "
                     "tokenizer does. Kept in model_settings.json for predict_text.py.")
+  flags.DEFINE_bool("group_by_length_within_label", False, "With --group_by_length and one "
+                    "label per example: each batch holds every label in about the data's "
+                    "share, each label's examples of similar length (sorted by their length "
+                    "rank within their label), so batches are not label-skewed where length "
+                    "goes with the label. Measured no better in accuracy than plain length "
+                    "groups (docs/PERFORMANCE.md, #34).")
   clue_submission.define_flags(flags)
   flags.DEFINE_string("export_dir", None, "Export the trained classifier as a SavedModel into "
                       "the next numbered version directory here (TF Serving's layout); alone, "
@@ -345,12 +352,14 @@ def main(_):
       eval_spec = runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
                                   best_metric_key(), FLAGS.early_stopping_patience)
     shuffle_buffer = min(len(splits["train"]), 100000)
+    log_label_skew(config, record_files["train"], len(label_list), shuffle_buffer)
     runner.train(
         config, model_fn,
         lambda skip: tfrecord_io.make_dataset(
             [record_files["train"]], spec, config.micro_batch_size, is_training=True,
             seed=FLAGS.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
-            length_multiple=config.length_multiple, group_by_length=config.group_by_length),
+            length_multiple=config.length_multiple, group_by_length=config.group_by_length,
+            stratify_by=grouping_strata()),
         eval_spec, inference)
     if not config.is_chief:
       return  # the chief evaluates, predicts and exports
@@ -361,6 +370,29 @@ def main(_):
     threshold_choice().save(None, label_list)  # what export and predict_text.py will use
   if FLAGS.export_dir:
     export_model()
+
+
+def grouping_strata():
+  """The feature that --group_by_length batches hold in the data's proportions: the label
+  of single-label classification (--group_by_length_within_label), else none."""
+  if FLAGS.group_by_length_within_label and not FLAGS.multi_label:
+    return "label_ids"
+  return None
+
+
+def log_label_skew(config, record_file, num_labels, shuffle_buffer):
+  """With --group_by_length, on the chief: logs how much grouping skews the training
+  batches' label mix (tfrecord_io.log_label_skew; a warning when it is marked), read from
+  the training features before training starts."""
+  if not (config.group_by_length and config.is_chief):
+    return
+  with phases.timed("featurize"):
+    lengths, label_ids = classifier_data.read_lengths_and_label_ids(record_file)
+    targets = (label_ids.astype(np.float32) if FLAGS.multi_label else
+               length_grouping.one_hot(label_ids[:, 0], num_labels))  # [n, num_labels]
+    strata = label_ids[:, 0] if grouping_strata() else None
+    tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
+                               strata=strata)
 
 
 def evaluate_and_predict(inference, dev_metrics, splits, label_list):

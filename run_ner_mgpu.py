@@ -24,15 +24,18 @@ output_dir and needs no --data_dir.
 import json
 import os
 
+import numpy as np
 import tensorflow.compat.v1 as tf
 
 import checkpoints
 import command_line
+import length_grouping
 import ner_data
 import ner_model
 import ner_scoring
 import ner_serving
 import output_files
+import phases
 import run_settings
 import runner
 import serving
@@ -298,13 +301,15 @@ def main(_):
     if FLAGS.do_eval:
       eval_spec = runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
                                   FLAGS.best_metric, FLAGS.early_stopping_patience)
+    train_windows = splits["train"].windows
+    shuffle_buffer = min(len(train_windows), 100000)
+    log_tag_skew(config, train_windows, len(label_list), shuffle_buffer)
     runner.train(
         config, model_fn,
         lambda skip: with_loss_weights(tfrecord_io.make_dataset(
             [splits["train"].record_file], spec, config.micro_batch_size, is_training=True,
-            seed=FLAGS.random_seed, shuffle_buffer=min(len(splits["train"].windows), 100000),
-            skip_batches=skip, length_multiple=config.length_multiple,
-            group_by_length=config.group_by_length),
+            seed=FLAGS.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
+            length_multiple=config.length_multiple, group_by_length=config.group_by_length),
                                        config.num_towers * config.num_workers),
         eval_spec, inference)
     if not config.is_chief:
@@ -313,6 +318,21 @@ def main(_):
     evaluate_and_predict(inference, splits, data_format, label_list, scheme)
   if FLAGS.export_dir:
     export_model()
+
+
+def log_tag_skew(config, windows, num_tags, shuffle_buffer):
+  """With --group_by_length, on the chief: logs how much grouping skews the tag mix of the
+  training batches (tfrecord_io.log_label_skew; a warning when it is marked). A window's
+  targets are the shares of each tag among its tagged pieces (length_grouping.tag_shares)."""
+  if not (config.group_by_length and config.is_chief):
+    return
+  with phases.timed("featurize"):
+    lengths = np.array([window.num_pieces + 2 for window in windows])  # [n], [CLS] and [SEP]
+    targets = length_grouping.tag_shares(
+        np.array([window.label_ids for window in windows], np.int32),
+        np.array([window.label_mask for window in windows], np.int8), num_tags)  # [n, tags]
+    tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
+                               noun="tag")
 
 
 def evaluate_and_predict(inference, splits, data_format, label_list, scheme):

@@ -1,10 +1,13 @@
 # coding=utf-8
-"""TFRecord files: input globs, batches of the global batch size, and atomic writing."""
+"""TFRecord files: input globs, batches of the global batch size, atomic writing and
+reading back."""
 
 import os
+import struct
 
 import tensorflow.compat.v1 as tf
 
+import length_grouping
 import output_files
 from errors import UsageError, write_error
 
@@ -167,20 +170,53 @@ def _batch(examples, batch_size, drop_remainder):
   return examples.padded_batch(batch_size, shapes, drop_remainder=drop_remainder)
 
 
-def _sort_chunk_into_batches(chunk, chunk_index, seed, group_batches, batch_size):
+def _length_ranks_within_strata(lengths, strata):
+  """Each row's place by length among the rows of its stratum, as a share: (rank + 0.5) /
+  the stratum's rows, in (0, 1). Sorting a chunk by it puts the strata's shortest rows
+  first, in proportion, then their next shortest, and so on.
+
+  Args:
+    lengths: int [chunk].
+    strata: int [chunk], e.g. each row's label id.
+
+  Returns:
+    float32 [chunk].
+  """
+  by_length = tf.argsort(lengths, stable=True)  # [chunk]
+  _, stratum = tf.unique(tf.gather(strata, by_length))  # [chunk], in [0, strata)
+  members = tf.one_hot(stratum, tf.reduce_max(stratum) + 1, dtype=tf.float32)  # [chunk, strata]
+  # In length order, the rows of its stratum so far (itself included), and in all.
+  seen = tf.reduce_sum(tf.cumsum(members, axis=0) * members, axis=1)  # [chunk]
+  total = tf.reduce_sum(tf.reduce_sum(members, axis=0)[None, :] * members, axis=1)  # [chunk]
+  ranks = (seen - 0.5) / total  # [chunk], in length order
+  return tf.scatter_nd(by_length[:, None], ranks, tf.shape(ranks))  # back to chunk order
+
+
+def _sort_chunk_into_batches(chunk, chunk_index, seed, group_batches, batch_size,
+                             stratify_by=None):
   """Cuts one chunk of examples into `group_batches` batches of similar length.
 
   The rows are sorted by length (a stable sort: the chunk comes shuffled, so examples of
   equal length stay in random order), cut into consecutive batches, and then the batches'
   order and the rows within each batch are shuffled by a stateless draw keyed on (seed,
   chunk_index): the same chunk always gives the same batches, wherever a run starts.
+  With `stratify_by` (a feature of one int per row, e.g. "label_ids"), the rows are
+  sorted by their length rank within their stratum instead
+  (_length_ranks_within_strata): each batch then holds the strata in about the chunk's
+  proportions, each at the same place of its own length distribution, so batches are
+  not skewed towards the label of their length where length goes with the label.
 
   Returns:
     dict name -> tensor [group_batches, batch_size, ...].
   """
   mask = tf.cast(chunk["input_mask"], tf.int32)  # [chunk, seq] or [chunk, windows, seq]
   lengths = tf.reduce_sum(tf.reshape(mask, [tf.shape(mask)[0], -1]), axis=1)
-  by_length = tf.reshape(tf.argsort(lengths, stable=True), [group_batches, batch_size])
+  if stratify_by is not None:
+    strata = tf.reshape(chunk[stratify_by], [-1])  # [chunk]
+    sort_keys = _length_ranks_within_strata(lengths, strata)
+  else:
+    sort_keys = lengths
+  by_length = tf.reshape(tf.argsort(sort_keys, stable=True), [group_batches, batch_size])
   keys = tf.random.stateless_uniform([group_batches, batch_size + 1],
                                      seed=tf.stack([tf.constant(seed, tf.int64), chunk_index]))
   batch_order = tf.argsort(keys[:, 0])
@@ -190,7 +226,7 @@ def _sort_chunk_into_batches(chunk, chunk_index, seed, group_batches, batch_size
 
 
 def group_into_length_batches(records, feature_spec, batch_size, group_batches, seed,
-                              skip_batches=0):
+                              skip_batches=0, stratify_by=None):
   """Global batches of examples of similar length, from an endless shuffled stream.
 
   The stream is read in chunks of group_batches x batch_size records; each chunk is
@@ -208,6 +244,8 @@ def group_into_length_batches(records, feature_spec, batch_size, group_batches, 
     batch_size, group_batches: the global batch size, and batches per chunk.
     seed: the seed of the batches' order (None: 0; the stream's shuffle has its own).
     skip_batches: batches to skip, an int or an int64 scalar tensor.
+    stratify_by: None, or a feature of one int per record (single-label classification's
+      "label_ids") whose values each batch holds in about the chunk's proportions.
 
   Returns:
     A dataset of dicts name -> tensor [batch_size, ...], padded to the records' length
@@ -223,13 +261,39 @@ def group_into_length_batches(records, feature_spec, batch_size, group_batches, 
   chunks = tf.data.Dataset.zip((tf.data.Dataset.range(first_chunk, 2 ** 62), chunks))
   seed = 0 if seed is None else seed
   batches = chunks.flat_map(lambda index, chunk: tf.data.Dataset.from_tensor_slices(
-      _sort_chunk_into_batches(chunk, index, seed, group_batches, batch_size)))
+      _sort_chunk_into_batches(chunk, index, seed, group_batches, batch_size, stratify_by)))
   return batches.skip(skip_batches - first_chunk * group_batches)
+
+
+def log_label_skew(lengths, targets, batch_size, shuffle_buffer, noun="label", strata=None):
+  """Logs how much --group_by_length skews the label mix of the training batches, as a
+  warning when grouped batches are markedly more skewed than random ones
+  (length_grouping.label_skew: a simulation with its own seed, not the run's batches).
+
+  Args:
+    lengths: int array [n], each training example's tokens (the sum of its input_mask).
+    targets: float array [n, k], its label targets (length_grouping's module docstring).
+    batch_size: the batch that make_dataset groups (config.micro_batch_size).
+    shuffle_buffer: make_dataset's shuffle_buffer (it may make the chunks smaller).
+    noun: "label", or "tag" for NER.
+    strata: None, or int array [n]: the labels when make_dataset groups with
+      stratify_by="label_ids".
+
+  Returns:
+    The length_grouping.LabelSkew.
+  """
+  skew = length_grouping.label_skew(
+      lengths, targets, batch_size,
+      length_grouping.chunk_batches(GROUP_BATCHES, shuffle_buffer, batch_size),
+      strata=strata)
+  log = tf.logging.warning if skew.warns else tf.logging.info
+  log("%s", length_grouping.log_line(skew, noun))
+  return skew
 
 
 def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed=None,
                  shuffle_buffer=10000, skip_batches=0, length_multiple=1,
-                 group_by_length=False, group_batches=GROUP_BATCHES):
+                 group_by_length=False, group_batches=GROUP_BATCHES, stratify_by=None):
   """Reads TFRecord files into batches of the *global* batch size.
 
   The global batch is formed before it is split across towers, so a seed gives the same
@@ -254,6 +318,9 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
       (group_into_length_batches); needs an input_mask feature.
     group_batches: with group_by_length, the global batches cut from each sorted chunk of
       the shuffled stream (at most shuffle_buffer // global_batch_size).
+    stratify_by: with group_by_length, a feature of one int per record (e.g. "label_ids")
+      whose values every batch holds in about the data's proportions
+      (_sort_chunk_into_batches).
 
   Returns:
     A tf.data.Dataset of dicts name -> tensor [batch, ...].
@@ -263,9 +330,10 @@ def make_dataset(input_files, feature_spec, global_batch_size, is_training, seed
     dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.repeat()
   if is_training and group_by_length:
-    group_batches = max(1, min(group_batches, shuffle_buffer // global_batch_size))
+    group_batches = length_grouping.chunk_batches(group_batches, shuffle_buffer,
+                                                  global_batch_size)
     dataset = group_into_length_batches(dataset, feature_spec, global_batch_size,
-                                        group_batches, seed, skip_batches)
+                                        group_batches, seed, skip_batches, stratify_by)
   else:
     if is_training and (isinstance(skip_batches, tf.Tensor) or skip_batches):
       dataset = dataset.skip(tf.cast(skip_batches, tf.int64) * global_batch_size)
@@ -297,6 +365,27 @@ def without_autotune(dataset):
 def int64_feature(values):
   """A tf.train.Feature of int64 values."""
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def read_records(path):
+  """Yields the serialized records of an uncompressed TFRecord file.
+
+  Read in Python, so TF 2.x logs no deprecation warning (tf_record_iterator's); the
+  checksums are not verified.
+
+  Raises:
+    ValueError: the file ends inside a record.
+  """
+  with open(path, "rb") as f:
+    while True:
+      header = f.read(12)  # the record's length (uint64) and that length's checksum
+      if not header:
+        return
+      length = struct.unpack("<Q", header[:8])[0] if len(header) == 12 else 0
+      record = f.read(length)
+      if len(header) != 12 or len(record) != length or len(f.read(4)) != 4:
+        raise ValueError("%s: the TFRecord file ends inside a record" % path)
+      yield record
 
 
 def write_records_atomically(path, records):

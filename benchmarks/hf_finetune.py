@@ -36,7 +36,7 @@ clock, including model building), training examples/sec and the dev accuracy (wi
       [--max_seq_length 128] [--train_batch_size 32] [--learning_rate 5e-5] \
       [--num_train_epochs 3] [--threads N] [--seed 12345] [--multi_label] \
       [--google_adamw] [--lr_schedule google] [--init_npz W.npz] [--save_init_npz W.npz] \
-      [--log_every 100]
+      [--log_every 100] [--group_by_length]
 """
 
 import argparse
@@ -49,6 +49,7 @@ import time
 
 import torch
 import transformers
+from transformers import trainer_pt_utils
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_common  # pylint: disable=wrong-import-position
@@ -83,6 +84,8 @@ def parse_args(argv=None):
                  "checkpoint_npz.py --to_npz writes) instead of transformers' initializer")
   p.add_argument("--save_init_npz", help="write the initial weights here (Google names) "
                  "before training, for checkpoint_npz.py --from_npz")
+  p.add_argument("--group_by_length", action="store_true",
+                 help="batches of similar length by transformers' LengthGroupedSampler")
   p.add_argument("--log_every", type=int, default=0,
                  help="log the mean training loss of every this many steps (0: never)")
   return p.parse_args(argv)
@@ -221,9 +224,19 @@ def main(argv=None):
   if args.save_init_npz:
     hf_common.save_npz(model, args.save_init_npz, head_scope)
   collator = transformers.DataCollatorWithPadding(tokenizer)
-  loader = torch.utils.data.DataLoader(
-      train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
-      generator=torch.Generator().manual_seed(args.seed))
+  generator = torch.Generator().manual_seed(args.seed)
+  if args.group_by_length:
+    # transformers' own grouping (Trainer's group_by_length): mega-batches of 50 batches
+    # of the shuffled order, each sorted by length, longest first; a new draw each epoch.
+    sampler = trainer_pt_utils.LengthGroupedSampler(
+        args.train_batch_size, lengths=[len(f["input_ids"]) for f in train_features],
+        generator=generator)
+    loader = torch.utils.data.DataLoader(train_features, batch_size=args.train_batch_size,
+                                         sampler=sampler, collate_fn=collator)
+  else:
+    loader = torch.utils.data.DataLoader(
+        train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
+        generator=generator)
   if args.lr_schedule == "google":
     num_steps = max(1, int(len(train_features) * args.num_train_epochs / args.train_batch_size))
   else:
@@ -280,6 +293,7 @@ def main(argv=None):
       "lr_schedule": args.lr_schedule,
       "optimizer": "google_adamw" if args.google_adamw else "torch_adamw",
       "init_npz": args.init_npz,
+      "group_by_length": args.group_by_length,
       "num_train_epochs": args.num_train_epochs,
       "threads": threads,
       "predict_file": predict_path,

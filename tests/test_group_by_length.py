@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+import length_grouping
 import multigpu
 import tfrecord_io
 from tiny_model import write_records
@@ -157,3 +158,85 @@ def test_evaluation_ignores_grouping_and_keeps_input_order(records):
         except tf.errors.OutOfRangeError:
           break
   assert ids == list(range(NUM_EXAMPLES))
+
+
+# ---------------------------------------------------------------- within each label
+
+LABELLED_EXAMPLES = 192  # 6 chunks of GROUP_BATCHES x BATCH
+
+
+@pytest.fixture(scope="module")
+def labelled_records(tmp_path_factory):
+  """Examples whose label is decided by their length (long ones are 1), so that plain
+  length groups are each of one label; input_ids hold the example's index + 1."""
+  rng = np.random.RandomState(5)
+  lengths = rng.randint(2, SEQ + 1, LABELLED_EXAMPLES)
+  labels = (lengths > np.median(lengths)).astype(int)
+  mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+  index = np.arange(LABELLED_EXAMPLES)
+  path = str(tmp_path_factory.mktemp("labelled") / "train.tf_record")
+  write_records(path, {"input_ids": mask * (index[:, None] + 1), "input_mask": mask,
+                       "segment_ids": np.zeros_like(mask), "label_ids": labels})
+  return path, lengths, labels
+
+
+def read_labelled_batches(path, num_batches, stratify_by, skip_batches=0):
+  """The first grouped batches as example indices (from input_ids) [batches, BATCH]."""
+  with tf.Graph().as_default():
+    skip = tf.placeholder(tf.int64, [])
+    dataset = tfrecord_io.make_dataset(
+        [path], FEATURE_SPEC, BATCH, is_training=True, seed=11,
+        shuffle_buffer=LABELLED_EXAMPLES, skip_batches=skip, group_by_length=True,
+        group_batches=GROUP_BATCHES, stratify_by=stratify_by)
+    batch = tf.data.make_initializable_iterator(dataset)
+    next_batch = batch.get_next()
+    with tf.Session() as sess:
+      sess.run(batch.initializer, {skip: skip_batches})
+      rows = [sess.run(next_batch)["input_ids"][:, 0] - 1 for _ in range(num_batches)]
+  return np.array(rows)
+
+
+def test_grouping_within_labels_keeps_each_batchs_label_mix(labelled_records):
+  path, lengths, labels = labelled_records
+  per_epoch = LABELLED_EXAMPLES // BATCH
+  within = read_labelled_batches(path, 2 * per_epoch, "label_ids")
+  plain = read_labelled_batches(path, 2 * per_epoch, None)
+  for epoch in range(2):  # every example once per epoch
+    assert sorted(within[epoch * per_epoch:(epoch + 1) * per_epoch].ravel()) == \
+        list(range(LABELLED_EXAMPLES))
+  # Plain groups are (nearly) one label each; within labels, each batch holds about the
+  # data's half of each (a chunk's share may differ from half by sampling).
+  plain_skew = np.abs(labels[plain].mean(axis=1) - 0.5).mean()
+  within_skew = np.abs(labels[within].mean(axis=1) - 0.5).mean()
+  assert plain_skew > 0.35
+  assert within_skew < 0.15
+  # Still less padding than random batches: each label's examples in a batch are of
+  # similar length. (Here length decides the label, the case where pairing the labels
+  # costs the most: a batch spans a short and a long length band.)
+  def padding(batches):
+    return sum(BATCH * lengths[b].max() - lengths[b].sum() for b in batches)
+  rng = np.random.RandomState(0)
+  random = [rng.choice(LABELLED_EXAMPLES, BATCH, replace=False) for _ in within]
+  assert padding(within) < 0.8 * padding(random)
+
+
+@pytest.mark.parametrize("skip", [3, GROUP_BATCHES + 1])
+def test_grouping_within_labels_resumes_at_the_same_batch(labelled_records, skip):
+  path, _, _ = labelled_records
+  straight = read_labelled_batches(path, skip + 3, "label_ids")
+  resumed = read_labelled_batches(path, 3, "label_ids", skip_batches=skip)
+  np.testing.assert_array_equal(straight[skip:], resumed)
+
+
+def test_length_ranks_within_labels_match_the_simulations(labelled_records):
+  # The guard (length_grouping.label_skew) simulates the same sort keys as training uses.
+  _, lengths, labels = labelled_records
+  strata = labels * 5 + 2  # any int values
+  with tf.Graph().as_default():
+    keys = tfrecord_io._length_ranks_within_strata(  # pylint: disable=protected-access
+        tf.constant(lengths), tf.constant(strata))
+    with tf.Session() as sess:
+      keys = sess.run(keys)
+  np.testing.assert_allclose(
+      keys, length_grouping._ranks_within_strata(lengths, strata),  # pylint: disable=protected-access
+      atol=1e-6)
