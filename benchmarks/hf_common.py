@@ -140,6 +140,15 @@ def load_npz(model, path, head_scope=""):
       param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
 
+def set_initial_weights(model, init_npz, save_init_npz, head_scope=""):
+  """--init_npz and --save_init_npz of the peers: load the start from a .npz (else keep
+  transformers' draws), then write the start to a .npz, each when given."""
+  if init_npz:
+    load_npz(model, init_npz, head_scope)
+  if save_init_npz:
+    save_npz(model, save_init_npz, head_scope)
+
+
 LR_SCHEDULES = ("google", "hf")
 
 

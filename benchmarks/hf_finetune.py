@@ -181,6 +181,34 @@ def predict(model, features, collator, batch_size, multi_label=False):
   return predicted
 
 
+def label_list(args, train):
+  """data_dir/labels.txt if it exists, else the training labels sorted."""
+  labels_path = os.path.join(args.data_dir, "labels.txt")
+  if os.path.isfile(labels_path):
+    with open(labels_path, encoding="utf-8") as f:
+      return [line.strip() for line in f if line.strip()]
+  if args.multi_label:
+    return sorted(set().union(*(score_multi_label.split_labels(e[0], args.label_separator)
+                                for e in train)))
+  return sorted(set(e[0] for e in train))
+
+
+def train_loader(args, train_features, collator):
+  """Shuffled training batches (seeded), or with --group_by_length transformers' own
+  grouping (Trainer's group_by_length): mega-batches of 50 batches of the shuffled order,
+  each sorted by length, longest first; a new draw each epoch."""
+  generator = torch.Generator().manual_seed(args.seed)
+  if not args.group_by_length:
+    return torch.utils.data.DataLoader(
+        train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
+        generator=generator)
+  sampler = trainer_pt_utils.LengthGroupedSampler(
+      args.train_batch_size, lengths=[len(f["input_ids"]) for f in train_features],
+      generator=generator)
+  return torch.utils.data.DataLoader(train_features, batch_size=args.train_batch_size,
+                                     sampler=sampler, collate_fn=collator)
+
+
 def main(argv=None):
   start_total = time.perf_counter()
   args = parse_args(argv)
@@ -193,15 +221,7 @@ def main(argv=None):
   dev_path = os.path.join(args.data_dir, "dev.tsv")
   dev = read_tsv(dev_path, need_label=True) if os.path.isfile(dev_path) else None
   test = read_tsv(os.path.join(args.data_dir, "test.tsv"), need_label=False)
-  labels_path = os.path.join(args.data_dir, "labels.txt")
-  if os.path.isfile(labels_path):
-    with open(labels_path, encoding="utf-8") as f:
-      labels = [line.strip() for line in f if line.strip()]
-  elif args.multi_label:
-    labels = sorted(set().union(*(score_multi_label.split_labels(e[0], args.label_separator)
-                                  for e in train)))
-  else:
-    labels = sorted(set(e[0] for e in train))
+  labels = label_list(args, train)
   label_ids = {label: i for i, label in enumerate(labels)}
   separator = args.label_separator if args.multi_label else None
 
@@ -218,25 +238,10 @@ def main(argv=None):
   if args.multi_label:
     config.problem_type = "multi_label_classification"
   model = transformers.BertForSequenceClassification(config)
-  head_scope = "multi_label" if args.multi_label else ""
-  if args.init_npz:
-    hf_common.load_npz(model, args.init_npz, head_scope)
-  if args.save_init_npz:
-    hf_common.save_npz(model, args.save_init_npz, head_scope)
+  hf_common.set_initial_weights(model, args.init_npz, args.save_init_npz,
+                                "multi_label" if args.multi_label else "")
   collator = transformers.DataCollatorWithPadding(tokenizer)
-  generator = torch.Generator().manual_seed(args.seed)
-  if args.group_by_length:
-    # transformers' own grouping (Trainer's group_by_length): mega-batches of 50 batches
-    # of the shuffled order, each sorted by length, longest first; a new draw each epoch.
-    sampler = trainer_pt_utils.LengthGroupedSampler(
-        args.train_batch_size, lengths=[len(f["input_ids"]) for f in train_features],
-        generator=generator)
-    loader = torch.utils.data.DataLoader(train_features, batch_size=args.train_batch_size,
-                                         sampler=sampler, collate_fn=collator)
-  else:
-    loader = torch.utils.data.DataLoader(
-        train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
-        generator=generator)
+  loader = train_loader(args, train_features, collator)
   if args.lr_schedule == "google":
     num_steps = max(1, int(len(train_features) * args.num_train_epochs / args.train_batch_size))
   else:

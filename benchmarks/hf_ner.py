@@ -197,6 +197,22 @@ def rounded_scores(result):
   return {key: round(result[key], 4) for key in ("precision", "recall", "f1")}
 
 
+def write_predictions(path, test_lines, predicted):
+  """predict.txt: each line of the test file + TAB + its token's predicted tag; blank lines
+  (between sentences) kept."""
+  out, sentence, token = [], 0, 0
+  for line in test_lines:
+    if not line.strip():
+      if token:
+        sentence, token = sentence + 1, 0
+      out.append(line)
+      continue
+    out.append(line + "\t" + predicted[sentence][token])
+    token += 1
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("".join(line + "\n" for line in out))
+
+
 def main(argv=None):
   start_total = time.perf_counter()
   args = parse_args(argv)
@@ -225,10 +241,7 @@ def main(argv=None):
   config = hf_common.hf_bert_config(hf_common.read_google_config(args.bert_config_file),
                                     len(labels), args.attn_implementation)
   model = transformers.BertForTokenClassification(config)
-  if args.init_npz:
-    hf_common.load_npz(model, args.init_npz, HEAD_SCOPE)
-  if args.save_init_npz:
-    hf_common.save_npz(model, args.save_init_npz, HEAD_SCOPE)
+  hf_common.set_initial_weights(model, args.init_npz, args.save_init_npz, HEAD_SCOPE)
   collator = transformers.DataCollatorForTokenClassification(tokenizer,
                                                              label_pad_token_id=IGNORED)
   loader = torch.utils.data.DataLoader(
@@ -256,19 +269,8 @@ def main(argv=None):
   start = time.perf_counter()
   predicted = predict_tags(model, test_features, test_first, collator,
                            args.predict_batch_size, labels)
-  out, sentence = [], 0
-  token = 0
-  for line in test_lines:
-    if not line.strip():
-      if token:
-        sentence, token = sentence + 1, 0
-      out.append(line)
-      continue
-    out.append(line + "\t" + predicted[sentence][token])
-    token += 1
   predict_path = os.path.join(args.output_dir, "predict.txt")
-  with open(predict_path, "w", encoding="utf-8") as f:
-    f.write("".join(line + "\n" for line in out))
+  write_predictions(predict_path, test_lines, predicted)
   predict_seconds = time.perf_counter() - start
   test_scores = (rounded_scores(ner_scoring.score([t for _, t in test], predicted, scheme))
                  if test_tagged else None)
