@@ -45,6 +45,7 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+import length_grouping
 import long_text
 import processes
 import tfrecord_io
@@ -1378,6 +1379,20 @@ def read_lengths_and_label_ids(record_path):
   if not lengths:
     return np.zeros([0], np.int64), np.zeros([0, 1], np.int64)
   return np.array(lengths, np.int64), np.array(label_ids, np.int64)
+
+
+def label_skew_inputs(record_path, num_labels, multi_label, within_label):
+  """What length_grouping.label_skew needs of a training feature file.
+
+  Returns:
+    (lengths int [n], targets float [n, num_labels]: the one-hot label or the multi-hot,
+    strata int [n]: the labels when batches are grouped within each label, else None).
+  """
+  lengths, label_ids = read_lengths_and_label_ids(record_path)
+  if multi_label:
+    return lengths, label_ids.astype(np.float32), None
+  targets = length_grouping.one_hot(label_ids[:, 0], num_labels)  # [n, num_labels]
+  return lengths, targets, label_ids[:, 0] if within_label else None
 
 
 def _check_vocab(vocab_file):

@@ -38,6 +38,9 @@ import json
 import os
 import re
 
+import numpy as np
+
+import length_grouping
 import ner_scoring
 import output_files
 import text_files
@@ -928,3 +931,12 @@ def tags_from_windows(aligned, windows, window_label_ids, label_list, scheme):
   tags = [label_list[predicted[piece]] if piece >= 0 else ner_scoring.OUTSIDE
           for piece in aligned.first_pieces]
   return _fill_tokens_without_pieces(tags, aligned.first_pieces, scheme)
+
+
+def tag_skew_inputs(windows):
+  """What length_grouping.label_skew needs of the training windows: lengths int [n] (the
+  pieces with [CLS] and [SEP]) and tag ids [n, seq] with their mask [n, seq]."""
+  lengths = np.array([window.num_pieces + 2 for window in windows])  # [n]
+  tag_ids = np.array([window.label_ids for window in windows], np.int32)  # [n, seq]
+  tag_mask = np.array([window.label_mask for window in windows], np.int8)  # [n, seq]
+  return lengths, tag_ids, tag_mask

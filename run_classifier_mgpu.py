@@ -27,7 +27,6 @@ import classifier_data
 import classifier_metrics
 import clue_submission
 import command_line
-import length_grouping
 import long_text
 import modeling
 import multi_label
@@ -387,10 +386,8 @@ def log_label_skew(config, record_file, num_labels, shuffle_buffer):
   if not (config.group_by_length and config.is_chief):
     return
   with phases.timed("featurize"):
-    lengths, label_ids = classifier_data.read_lengths_and_label_ids(record_file)
-    targets = (label_ids.astype(np.float32) if FLAGS.multi_label else
-               length_grouping.one_hot(label_ids[:, 0], num_labels))  # [n, num_labels]
-    strata = label_ids[:, 0] if grouping_strata() else None
+    lengths, targets, strata = classifier_data.label_skew_inputs(
+        record_file, num_labels, FLAGS.multi_label, grouping_strata() is not None)
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
                                strata=strata)
 

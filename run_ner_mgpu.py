@@ -24,7 +24,6 @@ output_dir and needs no --data_dir.
 import json
 import os
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
 import checkpoints
@@ -327,10 +326,8 @@ def log_tag_skew(config, windows, num_tags, shuffle_buffer):
   if not (config.group_by_length and config.is_chief):
     return
   with phases.timed("featurize"):
-    lengths = np.array([window.num_pieces + 2 for window in windows])  # [n], [CLS] and [SEP]
-    targets = length_grouping.tag_shares(
-        np.array([window.label_ids for window in windows], np.int32),
-        np.array([window.label_mask for window in windows], np.int8), num_tags)  # [n, tags]
+    lengths, tag_ids, tag_mask = ner_data.tag_skew_inputs(windows)
+    targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
                                noun="tag")
 
