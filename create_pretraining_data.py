@@ -104,10 +104,10 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-import processes
-import tfrecord_io
+from bert_mgpu.data import processes
+from bert_mgpu.data import tfrecord_io
 import tokenization
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 # Instances whose tokens are logged, as Google's script does for its first ones.
 _NUM_INSTANCES_TO_LOG = 3
@@ -1746,6 +1746,6 @@ def main(_):
 if __name__ == "__main__":
   # Imported here: the command line module loads the training stack, which the data
   # functions above do not need.
-  import command_line  # pylint: disable=g-import-not-at-top
+  from bert_mgpu import command_line  # pylint: disable=g-import-not-at-top
   define_flags()
   command_line.run_main(main)

@@ -25,16 +25,16 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import classifier_data
-import command_line
-import errors
+from bert_mgpu.training import checkpoints
+from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu import command_line
+from bert_mgpu import errors
 import modeling
 import multigpu
-import output_files
-import run_settings
-import tfrecord_io
-from errors import UsageError
+from bert_mgpu.data import output_files
+from bert_mgpu.training import run_settings
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
 
 # Google's pair separator: the line splits at its last " ||| ".
 _PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")

@@ -41,19 +41,19 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import command_line
+from bert_mgpu.training import checkpoints
+from bert_mgpu import command_line
 import create_pretraining_data
 import extract_features
 import modeling
 import multigpu
-import output_files
+from bert_mgpu.data import output_files
 import run_pretraining_mgpu
-import run_settings
-import text_files
-import tfrecord_io
+from bert_mgpu.training import run_settings
+from bert_mgpu.data import text_files
+from bert_mgpu.data import tfrecord_io
 import tokenization
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 FLAGS = tf.flags.FLAGS
 

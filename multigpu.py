@@ -14,7 +14,7 @@ import re
 import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import collective_ops
 
-import mixed_precision
+from bert_mgpu.training import mixed_precision
 import optimization
 
 # ---------------------------------------------------------------------------

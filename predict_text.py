@@ -43,15 +43,15 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-import command_line
-import ner_serving
+from bert_mgpu import command_line
+from bert_mgpu.ner import serving as ner_serving
 import run_classifier_mgpu
-import run_settings
-import serving
-from errors import UsageError
-from output_files import atomic_write_text
-import text_files
-from text_files import line_error, read_text_file
+from bert_mgpu.training import run_settings
+from bert_mgpu.serving import predictor as serving
+from bert_mgpu.errors import UsageError
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import text_files
+from bert_mgpu.data.text_files import line_error, read_text_file
 
 FLAGS = tf.flags.FLAGS
 

@@ -22,22 +22,22 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import classifier_data
-import classifier_metrics
-import clue_submission
-import command_line
-import long_text
+from bert_mgpu.training import checkpoints
+from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import metrics as classifier_metrics
+from bert_mgpu.classifier import clue_submission
+from bert_mgpu import command_line
+from bert_mgpu.classifier import long_text
 import modeling
-import multi_label
-import output_files
-import phases
-import run_settings
-import runner
-import serving
-import tfrecord_io
-from errors import UsageError
-from output_files import atomic_write_text
+from bert_mgpu.classifier import multi_label
+from bert_mgpu.data import output_files
+from bert_mgpu.training import phases
+from bert_mgpu.training import run_settings
+from bert_mgpu.training import runner
+from bert_mgpu.serving import predictor as serving
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
+from bert_mgpu.data.output_files import atomic_write_text
 
 
 # ---------------------------------------------------------------------------

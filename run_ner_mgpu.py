@@ -26,21 +26,21 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import command_line
-import length_grouping
-import ner_data
-import ner_model
-import ner_scoring
-import ner_serving
-import output_files
-import phases
-import run_settings
-import runner
-import serving
-import tfrecord_io
-from errors import UsageError
-from output_files import atomic_write_text
+from bert_mgpu.training import checkpoints
+from bert_mgpu import command_line
+from bert_mgpu.data import length_grouping
+from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.data import output_files
+from bert_mgpu.training import phases
+from bert_mgpu.training import run_settings
+from bert_mgpu.training import runner
+from bert_mgpu.serving import predictor as serving
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
+from bert_mgpu.data.output_files import atomic_write_text
 
 FLAGS = tf.flags.FLAGS
 

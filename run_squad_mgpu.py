@@ -22,18 +22,18 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import command_line
+from bert_mgpu.training import checkpoints
+from bert_mgpu import command_line
 import modeling
-import output_files
-import phases
-import run_settings
-import runner
-import squad_data
-import squad_scoring
-import tfrecord_io
-from errors import UsageError
-from output_files import atomic_write_text
+from bert_mgpu.data import output_files
+from bert_mgpu.training import phases
+from bert_mgpu.training import run_settings
+from bert_mgpu.training import runner
+from bert_mgpu.squad import data as squad_data
+from bert_mgpu.squad import scoring as squad_scoring
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
+from bert_mgpu.data.output_files import atomic_write_text
 
 
 # ---------------------------------------------------------------------------

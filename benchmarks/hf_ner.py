@@ -62,7 +62,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import hf_common  # pylint: disable=wrong-import-position
 import hf_finetune  # pylint: disable=wrong-import-position
-import ner_scoring  # pylint: disable=wrong-import-position
+from bert_mgpu.ner import scoring as ner_scoring  # pylint: disable=wrong-import-position
 
 # ner_model.HEAD_SCOPE: where our checkpoints keep the tagging head's weights.
 HEAD_SCOPE = "cls/ner"

@@ -35,7 +35,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import ner_scoring  # pylint: disable=wrong-import-position
+from bert_mgpu.ner import scoring as ner_scoring  # pylint: disable=wrong-import-position
 
 # A line of our run's phase log: "INFO:tensorflow:  train          3.68 s   30.4%".
 _PHASE_LINE = re.compile(r"^\S*:\s+([a-z_]+)\s+([0-9.]+) s\s+[0-9.]+%$")

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import multi_label  # pylint: disable=wrong-import-position
+from bert_mgpu.classifier import multi_label  # pylint: disable=wrong-import-position
 
 
 def split_labels(field, separator):

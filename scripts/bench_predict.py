@@ -362,9 +362,9 @@ def bench_serve(args, model, work):
 def bench_padding(args, model):
   """The Predictor's own graph and session, fed the same sorted batches two ways."""
   import tensorflow.compat.v1 as tf  # pylint: disable=import-outside-toplevel
-  import run_settings  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.training import run_settings  # pylint: disable=import-outside-toplevel
   import run_classifier_mgpu  # pylint: disable=import-outside-toplevel
-  import serving  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import predictor as serving  # pylint: disable=import-outside-toplevel
 
   tf.logging.set_verbosity(tf.logging.WARN)
   loaded = serving.load_export(model["export_dir"])

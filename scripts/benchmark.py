@@ -33,8 +33,8 @@ import multigpu  # pylint: disable=wrong-import-position
 import run_classifier_mgpu  # pylint: disable=wrong-import-position
 import run_pretraining_mgpu  # pylint: disable=wrong-import-position
 import run_squad_mgpu  # pylint: disable=wrong-import-position
-import run_settings  # pylint: disable=wrong-import-position
-import tfrecord_io  # pylint: disable=wrong-import-position
+from bert_mgpu.training import run_settings  # pylint: disable=wrong-import-position
+from bert_mgpu.data import tfrecord_io  # pylint: disable=wrong-import-position
 
 # Distinct synthetic batches, cycled: enough that the input is not one cached tensor.
 NUM_SYNTHETIC_BATCHES = 8

@@ -33,7 +33,7 @@ import sys
 import unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from output_files import atomic_write_text  # pylint: disable=wrong-import-position
+from bert_mgpu.data.output_files import atomic_write_text  # pylint: disable=wrong-import-position
 
 # Class names, in label-id order (labels.txt is written in this order).
 LABELS = ["体育", "财经", "科技", "娱乐", "美食"]

@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_demo_data  # pylint: disable=wrong-import-position
-from output_files import atomic_write_text  # pylint: disable=wrong-import-position
+from bert_mgpu.data.output_files import atomic_write_text  # pylint: disable=wrong-import-position
 
 ENTITIES = {
     "PER": ["张伟", "王芳", "李娜", "刘洋", "陈静", "杨磊", "赵敏", "黄强", "周杰", "吴婷",

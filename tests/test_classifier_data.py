@@ -15,9 +15,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 
-import classifier_data as rc  # pylint: disable=g-import-not-at-top
-import classifier_metrics  # pylint: disable=g-import-not-at-top
-from errors import UsageError  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import data as rc  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import metrics as classifier_metrics  # pylint: disable=g-import-not-at-top
+from bert_mgpu.errors import UsageError  # pylint: disable=g-import-not-at-top
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
          "hello", "world", ",", "!", "un", "##aff", "##able", "中", "国", "人",

@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-import classifier_data as rc
+from bert_mgpu.classifier import data as rc
 import cli
-import clue_submission
+from bert_mgpu.classifier import clue_submission
 from test_classifier_data import assert_usage_error
 # demo_data is a fixture: imported, it serves this module's tests too.
 from test_run_classifier import demo_data  # pylint: disable=unused-import

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import cli
-import cluster
+from bert_mgpu.distributed import cluster
 
 
 def test_workers_from_flags():
@@ -68,7 +68,7 @@ def listening_socket(port=0):
 # prints "watching", then sleeps; the watchdog is expected to end it.
 WATCHER = textwrap.dedent("""
     import sys, time
-    import cluster
+    from bert_mgpu.distributed import cluster
     workers = cluster.Cluster(["127.0.0.1:1", "127.0.0.1:%s" % sys.argv[1]], 0)
     with cluster.PeerWatchdog(workers, timeout_secs=2, poll_secs=0.2) as watchdog:
       watchdog.step = 7

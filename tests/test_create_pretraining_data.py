@@ -29,7 +29,7 @@ SCRIPT_PATH = os.path.join(REPO_DIR, "create_pretraining_data.py")
 import cli  # pylint: disable=g-import-not-at-top
 import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
-from errors import UsageError  # pylint: disable=g-import-not-at-top
+from bert_mgpu.errors import UsageError  # pylint: disable=g-import-not-at-top
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # English words and their word pieces (the test's own tokenizer).

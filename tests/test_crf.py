@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import crf
+from bert_mgpu.ner import crf
 
 NUM_TAGS = 3
 MAX_LENGTH = 4

@@ -8,10 +8,10 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 import run_pretraining_mgpu
-import run_settings
+from bert_mgpu.training import run_settings
 import run_squad_mgpu
-import runner
-import tfrecord_io
+from bert_mgpu.training import runner
+from bert_mgpu.data import tfrecord_io
 from tiny_model import (FEATURE_SPEC, SEQ, TINY_CONFIG, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
                         write_records)
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-import serving
+from bert_mgpu.serving import predictor as serving
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines

@@ -16,7 +16,7 @@ import modeling
 import numpy_bert
 import run_pretraining_mgpu
 import tokenization
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 VOCAB = SPECIAL + list("今天气很好我们去公园玩北京是首都的中国") + ["hello", "world", "un", "##able"]

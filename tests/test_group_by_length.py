@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import length_grouping
+from bert_mgpu.data import length_grouping
 import multigpu
-import tfrecord_io
+from bert_mgpu.data import tfrecord_io
 from tiny_model import write_records
 
 SEQ = 40

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import mixed_precision
+from bert_mgpu.training import mixed_precision
 import modeling
 import optimization
 

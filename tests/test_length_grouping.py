@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import classifier_data
+from bert_mgpu.classifier import data as classifier_data
 import cli
-import length_grouping
-import tfrecord_io
+from bert_mgpu.data import length_grouping
+from bert_mgpu.data import tfrecord_io
 from test_bad_input_cli import tsv, write_model_files, write_text
 from tiny_model import write_records
 

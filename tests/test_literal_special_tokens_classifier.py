@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import classifier_data
+from bert_mgpu.classifier import data as classifier_data
 import cli
 from test_bad_input_cli import write_model_files, write_text
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import classifier_data
-import long_text
+from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import long_text
 import multigpu
-import tfrecord_io
+from bert_mgpu.data import tfrecord_io
 import tokenization
 
 SPECIAL_IDS = {"[PAD]": 0, "[CLS]": 2, "[SEP]": 3}

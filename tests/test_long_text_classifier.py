@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import classifier_data
+from bert_mgpu.classifier import data as classifier_data
 import cli
-import long_text
-import serving
+from bert_mgpu.classifier import long_text
+from bert_mgpu.serving import predictor as serving
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines, read_probabilities, write_text

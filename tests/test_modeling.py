@@ -10,7 +10,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 
-import checkpoints  # pylint: disable=g-import-not-at-top
+from bert_mgpu.training import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import multigpu  # pylint: disable=g-import-not-at-top
 import numpy_bert  # pylint: disable=g-import-not-at-top

@@ -27,18 +27,18 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import classifier_data
+from bert_mgpu.training import checkpoints
+from bert_mgpu.classifier import data as classifier_data
 import cli
 import modeling
-import multi_label
+from bert_mgpu.classifier import multi_label
 import multigpu
 import numpy_bert
 import run_classifier_mgpu
-import serving
+from bert_mgpu.serving import predictor as serving
 import tokenization
 import trained_classifier
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 from trained_classifier import read_lines, write_text
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "the", "cat", "sat",

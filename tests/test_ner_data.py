@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-import ner_data
-import ner_scoring
-import sequence_windows
+from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.data import sequence_windows
 import tokenization
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CHINESE = u"我在北京买了部手机他说你好中国人民银行上海，。李明去"

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-import ner_scoring
-from ner_scoring import entities, repair, score
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner.scoring import entities, repair, score
 
 
 def test_split_tag():

@@ -23,9 +23,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-import ner_data
-import ner_scoring
-import ner_serving
+from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner import serving as ner_serving
 import tokenization
 
 MAKE_DATA = cli.script_path(os.path.join("scripts", "make_ner_data.py"))

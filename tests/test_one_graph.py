@@ -8,11 +8,11 @@ import os
 import numpy as np
 import pytest
 
-import checkpoints
-import phases
-import run_settings
-import runner
-import tfrecord_io
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import phases
+from bert_mgpu.training import run_settings
+from bert_mgpu.training import runner
+from bert_mgpu.data import tfrecord_io
 from tiny_model import (FEATURE_SPEC, classifier_model_fn, random_batch,  # pylint: disable=g-multiple-import
                         train_dataset_fn, write_records)
 

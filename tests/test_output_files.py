@@ -4,8 +4,8 @@ output_dir sweeps up (no TensorFlow needed)."""
 
 import os
 
-import errors
-import output_files
+from bert_mgpu import errors
+from bert_mgpu.data import output_files
 
 
 def make_version(path, content):

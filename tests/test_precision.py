@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import errors
-import mixed_precision
+from bert_mgpu import errors
+from bert_mgpu.training import mixed_precision
 import multigpu
 import optimization
-import run_settings
+from bert_mgpu.training import run_settings
 from tiny_model import classifier_model_fn, cpu_plan, random_batch
 
 TF2 = tf.__version__.startswith("2")

@@ -15,7 +15,7 @@ import tensorflow.compat.v1 as tf
 import cli
 import modeling
 import predict_text
-import serving
+from bert_mgpu.serving import predictor as serving
 import tokenization
 import trained_classifier
 from trained_classifier import MAX_SEQ_LENGTH, read_lines, write_text

@@ -18,9 +18,9 @@ import tensorflow.compat.v1 as tf
 import cli
 import create_pretraining_data as cpd
 import modeling
-import pretraining_data
+from bert_mgpu.pretraining import records as pretraining_data
 import run_pretraining_mgpu
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CHARS = list("今天气很好我们去公园玩北京是首都的人民爱中国")

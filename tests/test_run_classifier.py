@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-import classifier_data
+from bert_mgpu.classifier import data as classifier_data
 import cli
 from cli import assert_succeeded, flag_list
 import modeling
@@ -756,7 +756,7 @@ def counted_pool(*args, **kwargs):
 multiprocessing.Pool = counted_pool
 repo_dir = %r
 sys.path.insert(0, repo_dir)
-import run_settings
+from bert_mgpu.training import run_settings
 check_devices = run_settings.make_run_config
 def logged_check(*args, **kwargs):
   sys.stderr.write("device check started\\n")
@@ -828,7 +828,7 @@ def test_a_second_run_on_a_locked_output_dir_is_refused(demo_data, tmp_path):
   # The kernel dropped the killed run's lock: a new run may take it at once.
   take_lock = subprocess.run(
       [sys.executable, "-c",
-       "import output_files; output_files.lock_output_dir(%r); print('locked')" % output_dir], cwd=cli.REPO_DIR, env=cli.script_env(), stdout=subprocess.PIPE,
+       "from bert_mgpu.data import output_files; output_files.lock_output_dir(%r); print('locked')" % output_dir], cwd=cli.REPO_DIR, env=cli.script_env(), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, encoding="utf-8", timeout=120)
   assert take_lock.returncode == 0 and take_lock.stdout.strip() == "locked", take_lock.stderr
 

@@ -22,7 +22,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-import ner_scoring
+from bert_mgpu.ner import scoring as ner_scoring
 
 MAKE_DATA = cli.script_path(os.path.join("scripts", "make_ner_data.py"))
 MAX_SEQ_LENGTH = 48  # the long test sentences (~100+ characters) need several windows

@@ -22,7 +22,7 @@ import modeling
 import multigpu
 import numpy_bert
 import optimization
-import pretraining_data
+from bert_mgpu.pretraining import records as pretraining_data
 import run_pretraining_mgpu
 
 NUM_WORDS = 24

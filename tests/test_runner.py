@@ -12,12 +12,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 from absl import flags as absl_flags
 
-import command_line
-import errors
-import output_files
-import run_settings
-import runner
-import tfrecord_io
+from bert_mgpu import command_line
+from bert_mgpu import errors
+from bert_mgpu.data import output_files
+from bert_mgpu.training import run_settings
+from bert_mgpu.training import runner
+from bert_mgpu.data import tfrecord_io
 from tiny_model import (FEATURE_SPEC, NUM_LABELS, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
                         random_batch, records_file, train_dataset_fn, write_records)
 

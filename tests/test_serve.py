@@ -27,7 +27,7 @@ import pytest
 
 import cli
 import predict_text
-import serving
+from bert_mgpu.serving import predictor as serving
 import trained_classifier
 
 # The module's server batches requests arriving within this window.

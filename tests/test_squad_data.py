@@ -16,11 +16,11 @@ import random
 import numpy as np
 import pytest
 
-import errors
+from bert_mgpu import errors
 import reference_tokenizer
-import squad_data
-import sequence_windows
-import squad_scoring
+from bert_mgpu.squad import data as squad_data
+from bert_mgpu.data import sequence_windows
+from bert_mgpu.squad import scoring as squad_scoring
 import tokenization
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

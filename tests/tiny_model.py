@@ -6,7 +6,7 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 import multigpu
-import tfrecord_io
+from bert_mgpu.data import tfrecord_io
 
 SEQ = 8
 NUM_LABELS = 3

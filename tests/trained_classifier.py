@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-import checkpoints
+from bert_mgpu.training import checkpoints
 import cli
 import numpy_bert
 import reference_tokenizer

@@ -22,10 +22,10 @@ except ImportError:  # not on Windows
 
 import tensorflow.compat.v1 as tf
 
-import cluster
+from bert_mgpu.distributed import cluster
 import multigpu
-import phases
-from errors import UsageError, WorkerLost
+from bert_mgpu.training import phases
+from bert_mgpu.errors import UsageError, WorkerLost
 
 # The settings every worker must share (different flags or data would make their
 # collectives pair up wrongly and wait forever).

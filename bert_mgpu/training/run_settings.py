@@ -18,9 +18,9 @@ import tempfile
 
 import tensorflow.compat.v1 as tf
 
-import cluster
+from bert_mgpu.distributed import cluster
 import multigpu
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 # With --use_xla, batch lengths are rounded up to a multiple of this.
 XLA_LENGTH_MULTIPLE = 16

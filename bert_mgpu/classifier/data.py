@@ -45,14 +45,14 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import length_grouping
-import long_text
-import processes
-import tfrecord_io
+from bert_mgpu.data import length_grouping
+from bert_mgpu.classifier import long_text
+from bert_mgpu.data import processes
+from bert_mgpu.data import tfrecord_io
 import tokenization
-from errors import UsageError, write_error
-from output_files import atomic_write_text
-from text_files import (DuplicateKeyError, find_surrogate, line_error, parse_json,  # pylint: disable=g-multiple-import
+from bert_mgpu.errors import UsageError, write_error
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data.text_files import (DuplicateKeyError, find_surrogate, line_error, parse_json,  # pylint: disable=g-multiple-import
                         read_text_file)
 
 # Child of TensorFlow's logger: the messages appear next to tf.logging's and

@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 
 def line_error(path, line_number, problem, advice):

@@ -7,9 +7,9 @@ import struct
 
 import tensorflow.compat.v1 as tf
 
-import length_grouping
-import output_files
-from errors import UsageError, write_error
+from bert_mgpu.data import length_grouping
+from bert_mgpu.data import output_files
+from bert_mgpu.errors import UsageError, write_error
 
 def _decode_record(record, feature_spec):
   """Parses one tf.train.Example; int64 becomes int32, which every device handles."""

@@ -16,15 +16,15 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import checkpoints
+from bert_mgpu.training import checkpoints
 import modeling
 import multigpu
-import output_files
-import phases
-import preemption
-import tfrecord_io
-from errors import TrainingDiverged, UsageError, write_error
-from peers import Peers
+from bert_mgpu.data import output_files
+from bert_mgpu.training import phases
+from bert_mgpu.training import preemption
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import TrainingDiverged, UsageError, write_error
+from bert_mgpu.distributed.peers import Peers
 
 EvalSpec = collections.namedtuple(
     "EvalSpec", ["make_dataset", "metrics_fn", "best_metric", "patience"])

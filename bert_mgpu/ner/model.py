@@ -12,7 +12,7 @@ the other pieces, [CLS], [SEP] and padding are ignored in the loss and in decodi
 
 import tensorflow.compat.v1 as tf
 
-import crf
+from bert_mgpu.ner import crf
 import modeling
 
 HEAD_SCOPE = "cls/ner"

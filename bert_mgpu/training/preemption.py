@@ -9,7 +9,7 @@ import signal
 
 import tensorflow.compat.v1 as tf
 
-from errors import Preempted, signal_name
+from bert_mgpu.errors import Preempted, signal_name
 
 
 class StopSignals(object):

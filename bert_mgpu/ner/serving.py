@@ -26,12 +26,12 @@ import collections
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import ner_data
-import ner_model
-import ner_scoring
-import serving
-from tfrecord_io import MODEL_INPUTS
+from bert_mgpu.training import checkpoints
+from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.serving import predictor as serving
+from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
 
 NER_KINDS = (serving.NER_KIND,)
 # predict_text.py takes either kind.

@@ -22,13 +22,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app as absl_app
 
-import mixed_precision
+from bert_mgpu.training import mixed_precision
 import modeling
 import multigpu
-import phases
-import run_settings
+from bert_mgpu.training import phases
+from bert_mgpu.training import run_settings
 import tokenization
-from errors import Preempted, UsageError
+from bert_mgpu.errors import Preempted, UsageError
 
 # name -> (kind, default, help). Google's names and defaults (docs/FORMATS.md 8); a script
 # picks the ones it has and may change a default (run_squad's max_seq_length is 384).

@@ -27,17 +27,17 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import checkpoints
-import classifier_data
-import command_line
-import long_text
-import multi_label
+from bert_mgpu.training import checkpoints
+from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu import command_line
+from bert_mgpu.classifier import long_text
+from bert_mgpu.classifier import multi_label
 import multigpu
-import ner_data
-from errors import UsageError, write_error
-from output_files import atomic_write_text
-import tfrecord_io
-from tfrecord_io import MODEL_INPUTS
+from bert_mgpu.ner import data as ner_data
+from bert_mgpu.errors import UsageError, write_error
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "bert_config.json"

@@ -8,7 +8,7 @@ The records are create_pretraining_data.py's (docs/FORMATS.md 6).
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from errors import UsageError
+from bert_mgpu.errors import UsageError
 
 
 # ---------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 import multigpu
-import output_files
-from errors import UsageError, error_reason, write_error
+from bert_mgpu.data import output_files
+from bert_mgpu.errors import UsageError, error_reason, write_error
 
 BEST_SUBDIR = "best"
 

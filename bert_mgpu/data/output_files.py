@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 
-from errors import UsageError, write_error
+from bert_mgpu.errors import UsageError, write_error
 
 # TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
 _LOGGER = logging.getLogger("tensorflow")

@@ -40,13 +40,13 @@ import re
 
 import numpy as np
 
-import length_grouping
-import ner_scoring
-import output_files
-import text_files
+from bert_mgpu.data import length_grouping
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.data import output_files
+from bert_mgpu.data import text_files
 import tokenization
-import sequence_windows
-from errors import UsageError
+from bert_mgpu.data import sequence_windows
+from bert_mgpu.errors import UsageError
 
 DATA_FORMATS = ("conll", "cluener")
 SPLITS = ("train", "dev", "test")
