@@ -26,12 +26,14 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.training import checkpoints
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import featurizing
+from bert_mgpu.classifier import input_examples
 from bert_mgpu import command_line
 from bert_mgpu import errors
 import modeling
 import multigpu
 from bert_mgpu.data import output_files
+from bert_mgpu.data import text_files
 from bert_mgpu.training import run_settings
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
@@ -58,7 +60,7 @@ def read_lines(path):
       return inside a line (old Mac line ends), or has no line at all.
   """
   # pylint: disable=protected-access  # the classifier's strict line reader, shared
-  lines = [line for _, line in classifier_data.text_lines(path)]
+  lines = [line for _, line in text_files.text_lines(path)]
   if lines and lines[-1] == "":
     lines.pop()  # the "line" after the final newline
   if not lines:
@@ -93,8 +95,8 @@ def convert_lines(lines, tokenizer, max_seq_length):
   features = []
   for index, line in enumerate(lines):
     text_a, text_b = parse_line(line)
-    example = classifier_data.InputExample(guid=index, text_a=text_a, text_b=text_b)
-    converted = classifier_data.convert_single_example(example, {}, max_seq_length, tokenizer)
+    example = input_examples.InputExample(guid=index, text_a=text_a, text_b=text_b)
+    converted = featurizing.convert_single_example(example, {}, max_seq_length, tokenizer)
     num_tokens = sum(converted.input_mask)
     features.append((np.array(converted.input_ids[:num_tokens], np.int32),
                      np.array(converted.segment_ids[:num_tokens], np.int32)))
@@ -520,7 +522,7 @@ def main(_):
   bert_config, devices, layer_indexes, json_path, pooled_path = check_flags()
   tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
                                           FLAGS.bert_config_file)
-  classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
+  featurizing.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
   features = convert_lines(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length)
   batch_size = FLAGS.batch_size * devices.num_towers
   plan = devices.plan.for_inference()

@@ -43,7 +43,8 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.training import checkpoints
 from bert_mgpu import command_line
-import create_pretraining_data
+from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import text_input
 import extract_features
 import modeling
 import multigpu
@@ -80,7 +81,7 @@ def define_flags():
   flags.DEFINE_integer("top_k", 5, "Fills written for each mask.")
   flags.DEFINE_bool("candidates", False, "Rank the candidates of each line's blank instead "
                     "of filling [MASK]s.")
-  flags.DEFINE_string("blank_marker", create_pretraining_data.DEFAULT_BLANK_MARKER,
+  flags.DEFINE_string("blank_marker", data_settings.DEFAULT_BLANK_MARKER,
                       "With --candidates: a run of this character (or one literal [MASK]) "
                       "is the blank.")
   command_line.define_device_flags()
@@ -152,7 +153,7 @@ def candidate_examples(tokenizer, line_index, line, blank_marker, max_seq_length
                      "text_with_blank<TAB>cand1|cand2|..." % (location, len(fields)))
   text, candidates_field = fields
   try:
-    blank = create_pretraining_data.find_blank(text, blank_marker)
+    blank = text_input.find_blank(text, blank_marker)
   except ValueError as e:
     raise UsageError("%s: the text holds %s." % (location, e))
   if blank is None:

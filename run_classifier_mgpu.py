@@ -3,11 +3,11 @@
 
 The flags and defaults are those of Google's run_classifier.py (docs/FORMATS.md 8) plus
 the runner's multi-GPU flags. Tasks (--task_name) and their files are described in
-classifier_data.py; the shared loop is runner.py.
+bert_mgpu/classifier/tasks.py; the shared loop is runner.py.
 
 Outputs in --output_dir (docs/FORMATS.md 7): labels.txt, best/, eval_results.txt and
 eval_report.*, predict.txt (one label per test example, in order), Google's test_results.tsv,
-predict_detail.tsv, the files serving.py needs, <task>_predict.json (--clue_submission).
+predict_detail.tsv, the model files serving needs, <task>_predict.json (--clue_submission).
 --multi_label (docs/FORMATS.md 13) predicts label sets and keeps thresholds.json; --long_text
 (docs/FORMATS.md 14) reads texts longer than max_seq_length in windows or by head and tail.
 
@@ -23,7 +23,11 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.training import checkpoints
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import class_labels
+from bert_mgpu.classifier import feature_cache
+from bert_mgpu.classifier import featurizing
+from bert_mgpu.classifier import input_examples
+from bert_mgpu.classifier import tasks
 from bert_mgpu.classifier import metrics as classifier_metrics
 from bert_mgpu.classifier import clue_submission
 from bert_mgpu import command_line
@@ -34,7 +38,8 @@ from bert_mgpu.data import output_files
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.serving import export
+from bert_mgpu.serving import model_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 from bert_mgpu.data.output_files import atomic_write_text
@@ -105,7 +110,7 @@ def _per_example_loss(logits, label_ids, multi_label):
 
 
 def model_fn_of(files, bert_config):
-  """The model_fn of a trained model's serving.ModelFiles (single- or multi-label, windows
+  """The model_fn of a trained model's model_files.ModelFiles (single- or multi-label, windows
   or not)."""
   settings = files.settings
   return create_model_fn(bert_config, len(files.labels),
@@ -147,7 +152,7 @@ def write_predict_outputs(output_dir, examples, probabilities, label_list, thres
   atomic_write_text(os.path.join(output_dir, "test_results.tsv"), "".join(
       "\t".join(str(p) for p in row) + "\n" for row in probabilities))
   atomic_write_text(os.path.join(output_dir, "predict_detail.tsv"), "".join(
-      "\t".join(row) + "\n" for row in classifier_data.example_rows(
+      "\t".join(row) + "\n" for row in input_examples.example_rows(
           examples, columns, details, "gold_label" if thresholds is None else "gold_labels",
           separator)))
 
@@ -164,7 +169,7 @@ def define_flags():
   flags = tf.flags
   flags.DEFINE_string("data_dir", None, "Directory with the task's data files.")
   flags.DEFINE_string("task_name", None,
-                      "Task: " + ", ".join(sorted(classifier_data.PROCESSORS)) + ".")
+                      "Task: " + ", ".join(sorted(tasks.PROCESSORS)) + ".")
   command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_eval", "do_predict", "train_batch_size",
@@ -201,14 +206,14 @@ def define_flags():
 # ---------------------------------------------------------------------------
 
 def model_settings():
-  """The model_settings.json of a model trained by this run (serving.py reads it)."""
-  return serving.classifier_settings(
+  """The model_settings.json of a model trained by this run (predict_text.py reads it)."""
+  return model_files.classifier_settings(
       FLAGS.task_name, FLAGS.do_lower_case, FLAGS.max_seq_length, feature_options(),
       FLAGS.window_pooling)
 
 
 def feature_options():
-  return classifier_data.FeatureOptions(
+  return input_examples.FeatureOptions(
       FLAGS.literal_special_tokens, FLAGS.multi_label, FLAGS.label_separator,
       FLAGS.long_text, FLAGS.head_tokens, FLAGS.doc_stride, FLAGS.max_windows)
 
@@ -265,15 +270,15 @@ def check_flags():
 
 def export_model():
   """Exports the best (else latest) checkpoint of output_dir to --export_dir."""
-  files = serving.classifier_files_to_export(FLAGS.output_dir, FLAGS.vocab_file,
-                                            FLAGS.bert_config_file, model_settings())
+  files = model_files.classifier_files_to_export(FLAGS.output_dir, FLAGS.vocab_file,
+                                                FLAGS.bert_config_file, model_settings())
   bert_config = command_line.load_bert_config(files.bert_config_file,
                                               files.settings["max_seq_length"])
   checkpoint, why = checkpoints.checkpoint_for_inference(FLAGS.output_dir, None,
                                                          best_subdir="best")
   check_head(checkpoint, bool(files.settings.get("multi_label", False)))
-  path = serving.export_classifier(FLAGS.export_dir, files, checkpoint,
-                                   model_fn_of(files, bert_config), bert_config)
+  path = export.export_classifier(FLAGS.export_dir, files, checkpoint,
+                                  model_fn_of(files, bert_config), bert_config)
   tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
   return path
 
@@ -289,7 +294,7 @@ def prepare_output_dir(splits, label_list, processor):
     (RunConfig, dict split -> TFRecord path).
   """
   with phases.timed("featurize"):  # hashing the inputs for the cache keys
-    caches, pool = classifier_data.featurizing_plan(
+    caches, pool = feature_cache.featurizing_plan(
         splits, processor, FLAGS.data_dir, run_settings.planned_cache_dir(FLAGS),
         FLAGS.task_name, FLAGS.num_workers or None, label_list=label_list,
         max_seq_length=FLAGS.max_seq_length, vocab_file=FLAGS.vocab_file,
@@ -305,12 +310,12 @@ def prepare_output_dir(splits, label_list, processor):
       check_head(start, FLAGS.multi_label)
     output_files.claim_output_dir(config)
     if FLAGS.do_train and config.is_chief:
-      classifier_data.write_label_list(FLAGS.output_dir, label_list)
-      serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
-                               model_settings())
+      class_labels.write_label_list(FLAGS.output_dir, label_list)
+      model_files.save_model_files(FLAGS.output_dir, FLAGS.vocab_file,
+                                   FLAGS.bert_config_file, model_settings())
     with phases.timed("featurize"):
-      record_files = classifier_data.cached_split_features(splits, caches, config.cache_dir,
-                                                           pool)
+      record_files = feature_cache.cached_split_features(splits, caches, config.cache_dir,
+                                                         pool)
   return config, record_files
 
 
@@ -321,16 +326,16 @@ def main(_):
     return
   command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
                               FLAGS.bert_config_file, FLAGS.literal_special_tokens)
-  classifier_data.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
-  processor = classifier_data.get_processor(
+  featurizing.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
+  processor = tasks.get_processor(
       FLAGS.task_name, FLAGS.label_separator if FLAGS.multi_label else None)
-  splits, label_list = classifier_data.read_splits(
+  splits, label_list = class_labels.read_splits(
       processor, FLAGS.data_dir, FLAGS.output_dir,
       [split for split, flag in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
                                  ("test", FLAGS.do_predict)) if flag])
   config, record_files = prepare_output_dir(splits, label_list, processor)
   windows = FLAGS.long_text == "windows"
-  spec = classifier_data.input_feature_spec(
+  spec = featurizing.input_feature_spec(
       FLAGS.max_seq_length, len(label_list) if FLAGS.multi_label else None, windows)
   model_fn = create_model_fn(bert_config, len(label_list), FLAGS.multi_label,
                              FLAGS.window_pooling if windows else None)
@@ -386,7 +391,7 @@ def log_label_skew(config, record_file, num_labels, shuffle_buffer):
   if not (config.group_by_length and config.is_chief):
     return
   with phases.timed("featurize"):
-    lengths, targets, strata = classifier_data.label_skew_inputs(
+    lengths, targets, strata = featurizing.label_skew_inputs(
         record_file, num_labels, FLAGS.multi_label, grouping_strata() is not None)
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
                                strata=strata)

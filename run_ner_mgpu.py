@@ -2,13 +2,13 @@
 """Fine-tunes BERT for named-entity recognition (token classification) on every GPU.
 
 Google's classifier flags keep their names and defaults (docs/FORMATS.md 8), plus the
-runner's multi-GPU flags. The data (--data_format=conll or cluener, ner_data.py) is read
+runner's multi-GPU flags. The data (--data_format=conll or cluener, ner/formats.py) is read
 and checked before anything is written; the head is ner_model.py; the loop runner.py.
 
 Outputs in --output_dir:
   labels.txt                the tag list (with --do_train; reused without it)
   vocab.txt, bert_config.json, model_settings.json
-                            with --do_train: what serving the model needs (ner_serving.py)
+                            with --do_train: what serving the model needs (ner/serving.py)
   best/                     the best dev checkpoint by --best_metric (--do_train --do_eval)
   eval_results.txt          precision, recall, f1 (micro over entities), loss, global_step
   eval_report.txt, .json    per entity type, with support
@@ -21,7 +21,6 @@ next numbered version directory there (docs/SERVING.md); alone, it exports a tra
 output_dir and needs no --data_dir.
 """
 
-import json
 import os
 
 import tensorflow.compat.v1 as tf
@@ -29,7 +28,10 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.training import checkpoints
 from bert_mgpu import command_line
 from bert_mgpu.data import length_grouping
-from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import formats
+from bert_mgpu.ner import tag_labels
+from bert_mgpu.ner import writers
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
@@ -37,7 +39,7 @@ from bert_mgpu.data import output_files
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.serving import model_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 from bert_mgpu.data.output_files import atomic_write_text
@@ -56,7 +58,7 @@ class Split(object):
   """One split, read and featurized.
 
   Attributes:
-    data: the ner_data.NerFile.
+    data: the formats.NerFile.
     featurized: per sentence, (SentencePieces, list of NerWindow).
     record_file: the TFRecord file of its windows (once written).
   """
@@ -95,23 +97,23 @@ def read_splits(label_list_dir):
   Returns:
     (dict split name -> Split, the data format, the label list, its scheme).
   """
-  data_format = (ner_data.detect_data_format(FLAGS.data_dir) if FLAGS.data_format == "auto"
+  data_format = (formats.detect_data_format(FLAGS.data_dir) if FLAGS.data_format == "auto"
                  else FLAGS.data_format)
   wanted = [name for name, flag in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
                                     ("test", FLAGS.do_predict)) if flag]
-  splits = {name: Split(ner_data.read_split(FLAGS.data_dir, data_format, name, CLUENER_SCHEME))
+  splits = {name: Split(formats.read_split(FLAGS.data_dir, data_format, name, CLUENER_SCHEME))
             for name in wanted}
   if FLAGS.do_train:
-    label_list = ner_data.resolve_label_list(splits["train"].data, FLAGS.data_dir)
+    label_list = tag_labels.resolve_label_list(splits["train"].data, FLAGS.data_dir)
   else:
-    labels_file = os.path.join(label_list_dir, ner_data.LABELS_FILE)
+    labels_file = os.path.join(label_list_dir, tag_labels.LABELS_FILE)
     if not os.path.isfile(labels_file):
       raise UsageError("%s not found: evaluate or predict with the --output_dir of a "
                        "--do_train run (it keeps the tag list there)." % labels_file)
-    label_list = ner_data.read_label_file(labels_file)
+    label_list = tag_labels.read_label_file(labels_file)
   scheme = ner_scoring.detect_scheme(label_list)
   for split in splits.values():
-    ner_data.check_tags(split.data, scheme, label_list if split.data.tagged else None)
+    tag_labels.check_tags(split.data, scheme, label_list if split.data.tagged else None)
     if split.data.dropped_overlaps:
       tf.logging.warning("%s: %d entities overlap an earlier one and were dropped (first on "
                          "line %s).", split.data.path, split.data.dropped_overlaps,
@@ -126,7 +128,7 @@ def featurize(splits, tokenizer, label_list, cache_dir):
   cache_dir."""
   for name, split in splits.items():
     if split.featurized is None:
-      split.featurized = ner_data.featurize_sentences(
+      split.featurized = featurizing.featurize_sentences(
           split.data.sentences, tokenizer, label_list, FLAGS.max_seq_length,
           FLAGS.doc_stride)
     split.record_file = os.path.join(cache_dir, "ner_%s.tf_record" % name)
@@ -158,7 +160,7 @@ def sentence_tags(split, window_tag_ids, label_list, scheme):
   tags, start = [], 0
   for aligned, windows in split.featurized:
     predicted = window_tag_ids[start:start + len(windows)]
-    tags.append(ner_data.tags_from_windows(aligned, windows, predicted, label_list, scheme))
+    tags.append(featurizing.tags_from_windows(aligned, windows, predicted, label_list, scheme))
     start += len(windows)
   if start != len(window_tag_ids):
     raise AssertionError("%d window predictions for %d windows" % (len(window_tag_ids), start))
@@ -186,12 +188,12 @@ def write_eval_reports(output_dir, result):
 def write_predictions(output_dir, split, data_format, tags):
   """predict.txt (conll) or predict.json (cluener), and predict_entities.jsonl."""
   if data_format == "conll":
-    ner_data.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data, tags)
+    writers.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data, tags)
   else:
-    ner_data.write_cluener_predictions(os.path.join(output_dir, "predict.json"),
-                                       split.data.sentences, tags)
-  ner_data.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
-                                  split.data.sentences, tags)
+    writers.write_cluener_predictions(os.path.join(output_dir, "predict.json"),
+                                      split.data.sentences, tags)
+  writers.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
+                                 split.data.sentences, tags)
 
 
 # ---------------------------------------------------------------------------
@@ -203,7 +205,7 @@ def define_flags():
   flags = tf.flags
   flags.DEFINE_string("data_dir", None, "Directory with train/dev/test files (conll .txt, "
                       ".bio, .bmes, .char.bmes, or CLUENER .json).")
-  flags.DEFINE_enum("data_format", "auto", ["auto"] + list(ner_data.DATA_FORMATS),
+  flags.DEFINE_enum("data_format", "auto", ["auto"] + list(formats.DATA_FORMATS),
                     "conll, cluener, or auto: by the file names in --data_dir.")
   command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
@@ -237,7 +239,7 @@ def check_flags():
   if not os.path.isdir(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(FLAGS, ("doc_stride",))
-  ner_data.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
+  featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
@@ -250,7 +252,7 @@ def prepare(bert_config):
   num_train_windows = 0
   if FLAGS.do_train:
     # Steps count training windows: featurize the training split first (in memory).
-    splits["train"].featurized = ner_data.featurize_sentences(
+    splits["train"].featurized = featurizing.featurize_sentences(
         splits["train"].data.sentences, tokenizer, label_list, FLAGS.max_seq_length,
         FLAGS.doc_stride)
     num_train_windows = len(splits["train"].windows)
@@ -260,11 +262,12 @@ def prepare(bert_config):
     checkpoints.checkpoint_for_inference(FLAGS.output_dir, FLAGS.init_checkpoint, "best")
   output_files.claim_output_dir(config)
   if FLAGS.do_train and config.is_chief:
-    atomic_write_text(os.path.join(FLAGS.output_dir, ner_data.LABELS_FILE),
+    atomic_write_text(os.path.join(FLAGS.output_dir, tag_labels.LABELS_FILE),
                       "".join(label + "\n" for label in label_list))
-    serving.save_model_files(FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
-                             ner_serving.ner_settings(FLAGS.do_lower_case, FLAGS.max_seq_length,
-                                                      FLAGS.doc_stride, FLAGS.use_crf))
+    model_files.save_model_files(
+        FLAGS.output_dir, FLAGS.vocab_file, FLAGS.bert_config_file,
+        ner_serving.ner_settings(FLAGS.do_lower_case, FLAGS.max_seq_length, FLAGS.doc_stride,
+                                 FLAGS.use_crf))
   featurize(splits, tokenizer, label_list, config.cache_dir)
   return config, splits, data_format, label_list, scheme
 
@@ -326,7 +329,7 @@ def log_tag_skew(config, windows, num_tags, shuffle_buffer):
   if not (config.group_by_length and config.is_chief):
     return
   with phases.timed("featurize"):
-    lengths, tag_ids, tag_mask = ner_data.tag_skew_inputs(windows)
+    lengths, tag_ids, tag_mask = featurizing.tag_skew_inputs(windows)
     targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
                                noun="tag")

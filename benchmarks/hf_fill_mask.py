@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+from bert_mgpu.pretraining import data_settings  # pylint: disable=wrong-import-position
 import fill_mask  # pylint: disable=wrong-import-position
 import hf_common  # pylint: disable=wrong-import-position
 import tokenization  # pylint: disable=wrong-import-position
@@ -144,8 +145,7 @@ def parse_args():
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--top_k", type=int, default=5)
   parser.add_argument("--candidates", action="store_true")
-  parser.add_argument("--blank_marker", default=fill_mask.create_pretraining_data
-                      .DEFAULT_BLANK_MARKER)
+  parser.add_argument("--blank_marker", default=data_settings.DEFAULT_BLANK_MARKER)
   parser.add_argument("--compare_with", help="fill_mask.py's output for --input_file.")
   parser.add_argument("--answers_file", help="With --candidates: the right candidate of each "
                       "line, one per line.")

@@ -13,7 +13,7 @@ the demo's train.tsv, exported with --export_dir. Then measures, on the demo's t
   serve      p50 / p99 latency of `predict_text.py --serve` under --clients concurrent
              clients (threads, one http.client connection per request), one text per
              request: short texts, and a mix of lengths (1, 2, 4 or 8 texts joined).
-  padding    in this process, the graph predict_text.py runs (serving.Predictor), batches of
+  padding    in this process, the graph predict_text.py runs (predictor.Predictor), batches of
              --batch_size length-sorted short texts fed padded to their longest text or to
              max_seq_length (the same rows, the same session).
 
@@ -364,11 +364,13 @@ def bench_padding(args, model):
   import tensorflow.compat.v1 as tf  # pylint: disable=import-outside-toplevel
   from bert_mgpu.training import run_settings  # pylint: disable=import-outside-toplevel
   import run_classifier_mgpu  # pylint: disable=import-outside-toplevel
-  from bert_mgpu.serving import predictor as serving  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.data import tfrecord_io  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import (  # pylint: disable=import-outside-toplevel
+      predictor as serving_predictor)
 
   tf.logging.set_verbosity(tf.logging.WARN)
-  loaded = serving.load_export(model["export_dir"])
-  predictor = serving.Predictor(
+  loaded = serving_predictor.load_export(model["export_dir"])
+  predictor = serving_predictor.Predictor(
       loaded, run_classifier_mgpu.model_fn_of(loaded.files, loaded.bert_config),
       run_settings.DeviceSettings().check(), args.batch_size)
   features = predictor.featurize(model["texts"])
@@ -385,7 +387,7 @@ def bench_padding(args, model):
       rows = order[begin:begin + args.batch_size]
       width = predictor.max_seq_length if fixed else int(lengths[rows].max())
       session.run(output, {inputs[name]: features.arrays[name][rows, :width]
-                           for name in serving.MODEL_INPUTS})
+                           for name in tfrecord_io.MODEL_INPUTS})
     return time.time() - start
 
   one_pass(True), one_pass(False)  # warm-up: first runs of each shape

@@ -104,17 +104,19 @@ def run_child(args):
 
   start = time.time()
   sys.path.insert(0, REPO_DIR)
-  import create_pretraining_data  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from bert_mgpu.pretraining import data_settings
+  from bert_mgpu.pretraining import pipeline
+  # pylint: enable=g-import-not-at-top
   import_seconds = time.time() - start
-  settings = create_pretraining_data.DataSettings(
+  settings = data_settings.DataSettings(
       input_file=args.child_input, output_file=args.child_output, vocab_file=args.child_vocab,
       do_whole_word_mask=bool(args.chinese_segmenter), max_seq_length=args.max_seq_length,
       dupe_factor=args.dupe_factor, num_workers=args.child_workers,
       docs_per_chunk=args.docs_per_chunk, chinese_segmenter=args.chinese_segmenter)
   start = time.time()
   start_cpu = cpu_seconds()
-  stats = create_pretraining_data.create_pretraining_data(settings,
-                                                          progress_interval_seconds=1e9)
+  stats = pipeline.create_pretraining_data(settings, progress_interval_seconds=1e9)
   work_seconds = time.time() - start
   work_cpu_seconds = cpu_seconds() - start_cpu
   with open(args.child_result, "w") as f:
@@ -185,7 +187,8 @@ def main():
     return
   if args.docs_per_chunk is None:
     # Read from the source so that the parent needs no TensorFlow import.
-    with open(os.path.join(REPO_DIR, "create_pretraining_data.py"), encoding="utf-8") as f:
+    with open(os.path.join(REPO_DIR, "bert_mgpu", "pretraining", "data_settings.py"),
+              encoding="utf-8") as f:
       for line in f:
         if line.startswith("DEFAULT_DOCS_PER_CHUNK"):
           args.docs_per_chunk = int(line.split("=")[1].split("#")[0])

@@ -1,6 +1,6 @@
 # coding=utf-8
-"""Tests of classifier_data.py (and the eval report of classifier_metrics.py): processors, label list,
-featurizing, TFRecords and the feature cache.
+"""Tests of the classifier's data modules (bert_mgpu/classifier/: file readers, processors, tasks,
+class labels, featurizing and its pool, feature cache) and of the eval report of metrics.py.
 
 Expected values are written out by hand from the data files the tests create.
 """
@@ -15,7 +15,15 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 
-from bert_mgpu.classifier import data as rc  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import class_labels  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import feature_cache  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import featurizing  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import featurizing_pool  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import file_readers  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import glue_processors  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import input_examples  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import tasks  # pylint: disable=g-import-not-at-top
+from bert_mgpu.data import label_files  # pylint: disable=g-import-not-at-top
 from bert_mgpu.classifier import metrics as classifier_metrics  # pylint: disable=g-import-not-at-top
 from bert_mgpu.errors import UsageError  # pylint: disable=g-import-not-at-top
 
@@ -40,7 +48,7 @@ def write_vocab(tmp_path, tokens=VOCAB, name="vocab.txt"):
 
 
 def read(processor_name, data_dir, split):
-  processor = rc.get_processor(processor_name)
+  processor = tasks.get_processor(processor_name)
   return processor.get_examples(str(data_dir), split)
 
 
@@ -150,10 +158,10 @@ def test_clue_tasks(tmp_path, task):
 
 
 def test_clue_fixed_label_lists(tmp_path):
-  tnews = rc.get_processor("tnews").get_labels(str(tmp_path))
+  tnews = tasks.get_processor("tnews").get_labels(str(tmp_path))
   assert tnews == ["100", "101", "102", "103", "104", "106", "107", "108", "109", "110",
                    "112", "113", "114", "115", "116"]
-  iflytek = rc.get_processor("iflytek").get_labels(str(tmp_path))
+  iflytek = tasks.get_processor("iflytek").get_labels(str(tmp_path))
   assert iflytek == [str(i) for i in range(119)]
 
 
@@ -170,7 +178,7 @@ def test_thucnews_both_file_name_sets(tmp_path):
   # {train,dev,test}.txt take precedence over the cnews names.
   write(cnews / "dev.txt", u"科技\t芯片\n")
   assert summary(read("thucnews", cnews, "dev")) == [("dev-0", u"芯片", None, u"科技")]
-  assert rc.get_processor("thucnews").input_files(str(cnews), "dev") == [str(cnews / "dev.txt")]
+  assert tasks.get_processor("thucnews").input_files(str(cnews), "dev") == [str(cnews / "dev.txt")]
 
 
 def test_thucnews_line_without_tab_in_training_file(tmp_path):
@@ -191,7 +199,7 @@ def test_cola(tmp_path):
   assert summary(read("cola", tmp_path, "dev")) == [("dev-0", "Dev one.", None, "1")]
   assert summary(read("cola", tmp_path, "test")) == [
       ("test-0", "Test one.", None, None), ("test-1", "Test two.", None, None)]
-  assert rc.get_processor("cola").get_labels(str(tmp_path)) == ["0", "1"]
+  assert tasks.get_processor("cola").get_labels(str(tmp_path)) == ["0", "1"]
 
 
 def test_mrpc(tmp_path):
@@ -203,7 +211,7 @@ def test_mrpc(tmp_path):
       ("train-0", 'A "quoted" one', "A two", "1")]
   assert summary(read("mrpc", tmp_path, "dev")) == [("dev-0", "B one", "B two", "0")]
   assert summary(read("mrpc", tmp_path, "test")) == [("test-0", "C1", "C2", None)]
-  assert rc.get_processor("mrpc").get_labels(str(tmp_path)) == ["0", "1"]
+  assert tasks.get_processor("mrpc").get_labels(str(tmp_path)) == ["0", "1"]
 
 
 def mnli_row(index, s1, s2, labels):
@@ -220,7 +228,7 @@ def test_mnli(tmp_path):
   assert summary(read("mnli", tmp_path, "train")) == [("train-5", "s1", "s2", "entailment")]
   assert summary(read("mnli", tmp_path, "dev")) == [("dev-9", "d1", "d2", "contradiction")]
   assert summary(read("mnli", tmp_path, "test")) == [("test-3", "t1", "t2", None)]
-  assert rc.get_processor("mnli").get_labels(str(tmp_path)) == [
+  assert tasks.get_processor("mnli").get_labels(str(tmp_path)) == [
       "contradiction", "entailment", "neutral"]
 
 
@@ -244,8 +252,8 @@ def test_xnli(tmp_path):
 
 
 def test_get_processor_names():
-  assert isinstance(rc.get_processor("MrPc"), rc.MrpcProcessor)
-  message = assert_usage_error(lambda: rc.get_processor("sst2"), "sst2")
+  assert isinstance(tasks.get_processor("MrPc"), glue_processors.MrpcProcessor)
+  message = assert_usage_error(lambda: tasks.get_processor("sst2"), "sst2")
   for name in ["cola", "mnli", "mrpc", "xnli", "tsv", "csv", "jsonl", "tnews", "iflytek",
                "thucnews"]:
     assert name in message
@@ -259,10 +267,10 @@ def test_labels_txt_wins_and_is_saved_when_training(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", "label\ttext\nb\tx\na\ty\n")
   write(data_dir / "labels.txt", "zeta\n\n  b \r\na\n")
-  processor = rc.get_processor("tsv")
-  labels = rc.resolve_label_list(processor, str(data_dir), str(output_dir), do_train=True)
+  processor = tasks.get_processor("tsv")
+  labels = class_labels.resolve_label_list(processor, str(data_dir), str(output_dir), do_train=True)
   assert labels == ["zeta", "b", "a"]
-  rc.write_label_list(str(output_dir), labels)
+  class_labels.write_label_list(str(output_dir), labels)
   with open(str(output_dir / "labels.txt"), encoding="utf-8") as f:
     assert f.read() == "zeta\nb\na\n"
 
@@ -270,38 +278,41 @@ def test_labels_txt_wins_and_is_saved_when_training(tmp_path):
 def test_labels_from_training_file_sorted(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", u"label\ttext\n财经\tx\n10\ty\n2\tz\n财经\tw\n")
-  labels = rc.resolve_label_list(rc.get_processor("tsv"), str(data_dir), str(output_dir), True)
+  labels = class_labels.resolve_label_list(tasks.get_processor("tsv"), str(data_dir),
+                                           str(output_dir), True)
   assert labels == ["10", "2", u"财经"]
-  rc.write_label_list(str(output_dir), labels)
-  assert rc.read_label_file(str(output_dir / "labels.txt")) == labels
+  class_labels.write_label_list(str(output_dir), labels)
+  assert label_files.read_label_file(str(output_dir / "labels.txt")) == labels
 
 
 def test_fixed_labels_unless_labels_txt(tmp_path):
   data_dir = tmp_path / "data"
   os.makedirs(str(data_dir))
-  assert rc.resolve_label_list(rc.get_processor("mrpc"), str(data_dir), str(tmp_path / "o"),
-                               True) == ["0", "1"]
+  assert class_labels.resolve_label_list(tasks.get_processor("mrpc"), str(data_dir),
+                                         str(tmp_path / "o"), True) == ["0", "1"]
   write(data_dir / "labels.txt", "1\n0\n")
-  assert rc.resolve_label_list(rc.get_processor("mrpc"), str(data_dir), str(tmp_path / "o"),
-                               True) == ["1", "0"]
+  assert class_labels.resolve_label_list(tasks.get_processor("mrpc"), str(data_dir),
+                                         str(tmp_path / "o"), True) == ["1", "0"]
 
 
 def test_eval_only_reuses_output_dir_labels(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", "label\ttext\na\tx\nb\ty\n")
   write(output_dir / "labels.txt", "b\nc\na\n")
-  processor = rc.get_processor("tsv")
-  assert rc.resolve_label_list(processor, str(data_dir), str(output_dir), False) == ["b", "c", "a"]
+  processor = tasks.get_processor("tsv")
+  assert class_labels.resolve_label_list(processor, str(data_dir), str(output_dir),
+                                         False) == ["b", "c", "a"]
   # Training derives the list again; resolving writes nothing (main saves it after checks).
-  assert rc.resolve_label_list(processor, str(data_dir), str(output_dir), True) == ["a", "b"]
-  assert rc.read_label_file(str(output_dir / "labels.txt")) == ["b", "c", "a"]
+  assert class_labels.resolve_label_list(processor, str(data_dir), str(output_dir),
+                                         True) == ["a", "b"]
+  assert label_files.read_label_file(str(output_dir / "labels.txt")) == ["b", "c", "a"]
 
 
 def test_eval_only_without_saved_labels_falls_back_and_writes_nothing(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", "label\ttext\nb\tx\na\ty\n")
-  assert rc.resolve_label_list(rc.get_processor("tsv"), str(data_dir), str(output_dir),
-                               False) == ["a", "b"]
+  assert class_labels.resolve_label_list(tasks.get_processor("tsv"), str(data_dir), str(output_dir),
+                                         False) == ["a", "b"]
   assert not os.path.exists(str(output_dir / "labels.txt"))
 
 
@@ -309,19 +320,19 @@ def test_no_label_source_at_all(tmp_path):
   data_dir = tmp_path / "data"
   write(data_dir / "test.tsv", "text\nx\n")
   assert_usage_error(
-      lambda: rc.resolve_label_list(rc.get_processor("tsv"), str(data_dir),
-                                    str(tmp_path / "out"), False),
+      lambda: class_labels.resolve_label_list(tasks.get_processor("tsv"), str(data_dir),
+                                              str(tmp_path / "out"), False),
       os.path.join(str(data_dir), "labels.txt"), os.path.join(str(data_dir), "train.tsv"))
 
 
 def test_duplicate_label_in_labels_txt(tmp_path):
   path = write(tmp_path / "labels.txt", "a\nb\n\na \n")
-  assert_usage_error(lambda: rc.read_label_file(path), path, "line 4", "'a'", "line 1")
+  assert_usage_error(lambda: label_files.read_label_file(path), path, "line 4", "'a'", "line 1")
 
 
 def test_empty_labels_txt(tmp_path):
   path = write(tmp_path / "labels.txt", "\n  \n")
-  assert_usage_error(lambda: rc.read_label_file(path), path, "no labels")
+  assert_usage_error(lambda: label_files.read_label_file(path), path, "no labels")
 
 
 # ---------------------------------------------------------------------------
@@ -431,13 +442,14 @@ def test_label_not_in_label_list(tmp_path):
   write(tmp_path / "dev.tsv", "label\ttext\npos\tx\nmaybe\ty\n")
   path = str(tmp_path / "dev.tsv")
   examples = read("tsv", tmp_path, "dev")
-  assert_usage_error(lambda: rc.check_labels(examples, ["neg", "pos"]), path, "line 3",
+  assert_usage_error(lambda: class_labels.check_labels(examples, ["neg", "pos"]), path, "line 3",
                      "'maybe'", "[neg, pos]")
   vocab_file = write_vocab(tmp_path)
   output_file = str(tmp_path / "out" / "dev.tf_record")
   os.makedirs(str(tmp_path / "out"))
-  assert_usage_error(lambda: rc.write_features(examples, ["neg", "pos"], 16, vocab_file, True,
-                                               output_file), path, "line 3", "'maybe'")
+  assert_usage_error(lambda: featurizing_pool.write_features(examples, ["neg", "pos"], 16,
+                                                             vocab_file, True, output_file),
+                     path, "line 3", "'maybe'")
   # No partial output: neither the record file nor a temp file is left behind.
   assert os.listdir(str(tmp_path / "out")) == []
 
@@ -445,7 +457,7 @@ def test_label_not_in_label_list(tmp_path):
 def test_failure_while_writing_leaves_no_file(tmp_path, monkeypatch):
   vocab_file = write_vocab(tmp_path)
   examples = make_examples(40)
-  real_featurize_chunk = rc._featurize_chunk
+  real_featurize_chunk = featurizing_pool._featurize_chunk
   calls = []
 
   def failing_featurize_chunk(chunk):
@@ -453,21 +465,21 @@ def test_failure_while_writing_leaves_no_file(tmp_path, monkeypatch):
     if len(calls) == 2:
       raise UsageError("injected failure")
     return real_featurize_chunk(chunk)
-  monkeypatch.setattr(rc, "_featurize_chunk", failing_featurize_chunk)
-  monkeypatch.setattr(rc, "_chunks", lambda items, size: [items[:20], items[20:]])
+  monkeypatch.setattr(featurizing_pool, "_featurize_chunk", failing_featurize_chunk)
+  monkeypatch.setattr(featurizing_pool, "_chunks", lambda items, size: [items[:20], items[20:]])
   os.makedirs(str(tmp_path / "out"))
   with pytest.raises(UsageError):
-    rc.write_features(examples, ["a", "b"], 8, vocab_file, True,
-                      str(tmp_path / "out" / "f.tf_record"), num_workers=1)
+    featurizing_pool.write_features(examples, ["a", "b"], 8, vocab_file, True,
+                                    str(tmp_path / "out" / "f.tf_record"), num_workers=1)
   assert calls == [20, 20]
   assert os.listdir(str(tmp_path / "out")) == []
 
 
 def test_vocab_without_special_tokens(tmp_path):
   vocab_file = write_vocab(tmp_path, ["[PAD]", "[UNK]", "[CLS]", "hello"])
-  examples = [rc.InputExample("g", "hello", label="a")]
-  assert_usage_error(lambda: rc.write_features(examples, ["a"], 8, vocab_file, True,
-                                               str(tmp_path / "x.tf_record")),
+  examples = [input_examples.InputExample("g", "hello", label="a")]
+  assert_usage_error(lambda: featurizing_pool.write_features(examples, ["a"], 8, vocab_file, True,
+                                                             str(tmp_path / "x.tf_record")),
                      vocab_file, "[SEP]")
 
 
@@ -499,21 +511,21 @@ def check_features(features, tokens, segments, max_seq_length, label_id):
 
 
 def test_pair_truncates_the_longer_text_first():
-  example = rc.InputExample("g", "a1 a2 a3 a4 a5", "b1 b2", label="y")
-  features = rc.convert_single_example(example, {"x": 0, "y": 1}, 8, WhitespaceTokenizer())
+  example = input_examples.InputExample("g", "a1 a2 a3 a4 a5", "b1 b2", label="y")
+  features = featurizing.convert_single_example(example, {"x": 0, "y": 1}, 8, WhitespaceTokenizer())
   # Room for 5 tokens: a loses a5, then a4 (it stays the longer one).
   check_features(features, ["[CLS]", "a1", "a2", "a3", "[SEP]", "b1", "b2", "[SEP]"],
                  [0, 0, 0, 0, 0, 1, 1, 1], 8, 1)
 
 
 def test_pair_truncation_tie_takes_from_the_second_text():
-  example = rc.InputExample("g", "a1 a2", "b1 b2", label="x")
-  features = rc.convert_single_example(example, {"x": 0}, 6, WhitespaceTokenizer())
+  example = input_examples.InputExample("g", "a1 a2", "b1 b2", label="x")
+  features = featurizing.convert_single_example(example, {"x": 0}, 6, WhitespaceTokenizer())
   # Room for 3: tie 2/2 -> b loses b2.
   check_features(features, ["[CLS]", "a1", "a2", "[SEP]", "b1", "[SEP]"],
                  [0, 0, 0, 0, 1, 1], 6, 0)
-  example = rc.InputExample("g", "a1 a2 a3", "b1 b2 b3", label="x")
-  features = rc.convert_single_example(example, {"x": 0}, 7, WhitespaceTokenizer())
+  example = input_examples.InputExample("g", "a1 a2 a3", "b1 b2 b3", label="x")
+  features = featurizing.convert_single_example(example, {"x": 0}, 7, WhitespaceTokenizer())
   # Room for 4: tie 3/3 -> b loses b3; 3/2 -> a loses a3.
   check_features(features, ["[CLS]", "a1", "a2", "[SEP]", "b1", "b2", "[SEP]"],
                  [0, 0, 0, 0, 1, 1, 1], 7, 0)
@@ -521,19 +533,19 @@ def test_pair_truncation_tie_takes_from_the_second_text():
 
 def test_single_text_truncation_padding_and_no_label():
   tokenizer = WhitespaceTokenizer()
-  example = rc.InputExample("g", "a1 a2 a3 a4 a5")
-  check_features(rc.convert_single_example(example, {"x": 0, "y": 1}, 5, tokenizer),
+  example = input_examples.InputExample("g", "a1 a2 a3 a4 a5")
+  check_features(featurizing.convert_single_example(example, {"x": 0, "y": 1}, 5, tokenizer),
                  ["[CLS]", "a1", "a2", "a3", "[SEP]"], [0] * 5, 5, 0)
-  example = rc.InputExample("g", "the cat", "", label="y")
-  check_features(rc.convert_single_example(example, {"x": 0, "y": 1}, 6, tokenizer),
+  example = input_examples.InputExample("g", "the cat", "", label="y")
+  check_features(featurizing.convert_single_example(example, {"x": 0, "y": 1}, 6, tokenizer),
                  ["[CLS]", "the", "cat", "[SEP]"], [0] * 4, 6, 1)
 
 
 def test_real_tokenizer_example(tmp_path):
   import tokenization  # pylint: disable=g-import-not-at-top
   tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path), do_lower_case=True)
-  example = rc.InputExample("g", u"Hello, 中国人!", u"unaffable world", label="b")
-  features = rc.convert_single_example(example, {"a": 0, "b": 1}, 14, tokenizer)
+  example = input_examples.InputExample("g", u"Hello, 中国人!", u"unaffable world", label="b")
+  features = featurizing.convert_single_example(example, {"a": 0, "b": 1}, 14, tokenizer)
   check_features(features,
                  ["[CLS]", "hello", ",", u"中", u"国", u"人", "!", "[SEP]",
                   "un", "##aff", "##able", "world", "[SEP]"],
@@ -548,18 +560,18 @@ def parse_records(path, max_seq_length):
   """Parses every record of `path` with input_feature_spec, in a graph."""
   with tf.Graph().as_default():
     serialized = tf.placeholder(tf.string, [])
-    parsed = tf.parse_single_example(serialized, rc.input_feature_spec(max_seq_length))
+    parsed = tf.parse_single_example(serialized, featurizing.input_feature_spec(max_seq_length))
     with tf.Session() as sess:
       return [sess.run(parsed, {serialized: record}) for record in read_records(path)]
 
 
 def test_tfrecord_round_trip(tmp_path):
   vocab_file = write_vocab(tmp_path)
-  examples = [rc.InputExample("g0", "hello world", "the cat", label="b"),
-              rc.InputExample("g1", u"中国 sat", label="a"),
-              rc.InputExample("g2", "a1 a2 a3 a4 a5 a1 a2 a3 a4 a5")]
+  examples = [input_examples.InputExample("g0", "hello world", "the cat", label="b"),
+              input_examples.InputExample("g1", u"中国 sat", label="a"),
+              input_examples.InputExample("g2", "a1 a2 a3 a4 a5 a1 a2 a3 a4 a5")]
   output_file = str(tmp_path / "f.tf_record")
-  count = rc.write_features(examples, ["a", "b"], 8, vocab_file, True, output_file)
+  count = featurizing_pool.write_features(examples, ["a", "b"], 8, vocab_file, True, output_file)
   assert count == 3
   records = parse_records(output_file, 8)
   expected = [
@@ -584,7 +596,8 @@ def make_examples(count):
   for i in range(count):
     text_a = " ".join(words[(i + k) % len(words)] for k in range(1 + i % 7))
     text_b = " ".join(words[(i * 3 + k) % len(words)] for k in range(i % 4)) or None
-    examples.append(rc.InputExample("g%d" % i, text_a, text_b, label=["a", "b", None][i % 3]))
+    examples.append(input_examples.InputExample("g%d" % i, text_a, text_b,
+                                                label=["a", "b", None][i % 3]))
   return examples
 
 
@@ -593,10 +606,10 @@ def test_pool_gives_the_same_records_as_one_process(tmp_path):
   examples = make_examples(300)
   serial = str(tmp_path / "serial.tf_record")
   pooled = str(tmp_path / "pooled.tf_record")
-  assert rc.write_features(examples, ["a", "b"], 10, vocab_file, True, serial,
-                           num_workers=1) == 300
-  assert rc.write_features(examples, ["a", "b"], 10, vocab_file, True, pooled,
-                           num_workers=3, pool_threshold=1) == 300
+  assert featurizing_pool.write_features(examples, ["a", "b"], 10, vocab_file, True, serial,
+                                         num_workers=1) == 300
+  assert featurizing_pool.write_features(examples, ["a", "b"], 10, vocab_file, True, pooled,
+                                         num_workers=3, pool_threshold=1) == 300
   serial_records = read_records(serial)
   assert len(serial_records) == 300
   assert read_records(pooled) == serial_records
@@ -604,7 +617,7 @@ def test_pool_gives_the_same_records_as_one_process(tmp_path):
   import tokenization  # pylint: disable=g-import-not-at-top
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
   for example, parsed in zip(examples[:20], parse_records(serial, 10)[:20]):
-    features = rc.convert_single_example(example, {"a": 0, "b": 1}, 10, tokenizer)
+    features = featurizing.convert_single_example(example, {"a": 0, "b": 1}, 10, tokenizer)
     np.testing.assert_array_equal(parsed["input_ids"], features.input_ids)
     np.testing.assert_array_equal(parsed["segment_ids"], features.segment_ids)
     assert parsed["label_ids"] == features.label_id
@@ -624,18 +637,18 @@ class CacheFixture(object):
                             "label\ttext\na\thello world\nb\tthe cat sat\n")
     self.vocab_file = write_vocab(tmp_path)
     self.writes = 0
-    real_write_features = rc.write_features
+    real_write_features = featurizing_pool.write_features
 
     def counting_write_features(*args, **kwargs):
       self.writes += 1
       return real_write_features(*args, **kwargs)
-    monkeypatch.setattr(rc, "write_features", counting_write_features)
+    monkeypatch.setattr(featurizing_pool, "write_features", counting_write_features)
 
   def run(self, max_seq_length=8, labels=("a", "b"), do_lower_case=True, task_name="tsv"):
-    processor = rc.get_processor("tsv")
+    processor = tasks.get_processor("tsv")
     files = processor.input_files(self.data_dir, "train")
-    cache = rc.FeatureCache("train", files, list(labels), max_seq_length, self.vocab_file,
-                            do_lower_case, task_name)
+    cache = feature_cache.FeatureCache("train", files, list(labels), max_seq_length,
+                                       self.vocab_file, do_lower_case, task_name)
     return cache.features(lambda: processor.get_train_examples(self.data_dir),
                           self.output_dir)
 
@@ -698,11 +711,12 @@ def test_cache_with_damaged_info_is_rebuilt(tmp_path, monkeypatch):
 def test_cache_hit_does_not_read_the_examples(tmp_path, monkeypatch):
   fixture = CacheFixture(tmp_path, monkeypatch)
   fixture.run()
+  assert fixture.writes == 1
 
   def fail():
     raise AssertionError("examples were read although the cache is valid")
   files = [fixture.train_file]
-  cache = rc.FeatureCache("train", files, ["a", "b"], 8, fixture.vocab_file, True, "tsv")
+  cache = feature_cache.FeatureCache("train", files, ["a", "b"], 8, fixture.vocab_file, True, "tsv")
   path, count = cache.features(fail, fixture.output_dir)
   assert count == 2
 
@@ -738,7 +752,7 @@ def test_each_split_is_parsed_once_even_when_labels_come_from_training(tmp_path)
   # main() reads train, dev and test, then the label list from the training file.
   for split in ("train", "dev", "test"):
     write(tmp_path / (split + ".jsonl"), '{"text": "a", "label": "x"}\n')
-  processor = rc.get_processor("jsonl")
+  processor = tasks.get_processor("jsonl")
   parsed = []
   read_examples = processor._read_examples  # pylint: disable=protected-access
 
@@ -790,11 +804,11 @@ def test_csv_records_spanning_lines_are_reported(tmp_path):
   # Legal CSV, but also what a quote closed too late looks like: say so.
   path = write(tmp_path / "train.csv", 'label,text\na,"two\nlines"\nb,one line\nc,"x\ny\nz"\n')
   records = _KeepMessages()
-  rc._LOGGER.addHandler(records)  # pylint: disable=protected-access
+  file_readers._LOGGER.addHandler(records)  # pylint: disable=protected-access
   try:
     examples = read("csv", tmp_path, "train")
   finally:
-    rc._LOGGER.removeHandler(records)  # pylint: disable=protected-access
+    file_readers._LOGGER.removeHandler(records)  # pylint: disable=protected-access
   assert summary(examples) == [("train-0", "two\nlines", None, "a"),
                                ("train-1", "one line", None, "b"),
                                ("train-2", "x\ny\nz", None, "c")]
@@ -842,7 +856,7 @@ def test_carriage_return_inside_a_line_is_an_error(tmp_path, task, name, text):
 def test_labels_txt_with_cr_line_ends_is_an_error(tmp_path):
   write(tmp_path / "train.tsv", "label\ttext\na\tx\n")
   path = write(tmp_path / "labels.txt", "a\rb\r")
-  assert_usage_error(lambda: rc.get_processor("tsv").get_labels(str(tmp_path)), path,
+  assert_usage_error(lambda: tasks.get_processor("tsv").get_labels(str(tmp_path)), path,
                      "line 1", "carriage return")
 
 
@@ -890,7 +904,7 @@ def test_data_file_that_is_a_directory(tmp_path):
 def test_label_list_that_cannot_be_written(tmp_path):
   # An IsADirectoryError traceback from the atomic writer.
   os.makedirs(str(tmp_path / "out" / "labels.txt"))
-  assert_usage_error(lambda: rc.write_label_list(str(tmp_path / "out"), ["a", "b"]),
+  assert_usage_error(lambda: class_labels.write_label_list(str(tmp_path / "out"), ["a", "b"]),
                      str(tmp_path / "out" / "labels.txt"), "cannot write", "a directory is in the way")
 
 
@@ -898,8 +912,9 @@ def test_check_featurizing_inputs_before_output_dir_is_claimed(tmp_path):
   # The checks write_features makes, for run_classifier_mgpu.py to make before
   # output_files.lock_output_dir() (a bad value then creates no output_dir).
   vocab_file = write_vocab(tmp_path)
-  rc.check_featurizing_inputs(3, vocab_file)
-  assert_usage_error(lambda: rc.check_featurizing_inputs(2, vocab_file), "--max_seq_length=2")
+  featurizing.check_featurizing_inputs(3, vocab_file)
+  assert_usage_error(lambda: featurizing.check_featurizing_inputs(2, vocab_file),
+                     "--max_seq_length=2")
   no_cls = write_vocab(tmp_path, [t for t in VOCAB if t != "[CLS]"], name="no_cls.txt")
-  assert_usage_error(lambda: rc.check_featurizing_inputs(8, no_cls), no_cls, "[CLS]")
+  assert_usage_error(lambda: featurizing.check_featurizing_inputs(8, no_cls), no_cls, "[CLS]")
   assert sorted(os.listdir(str(tmp_path))) == ["no_cls.txt", "vocab.txt"]

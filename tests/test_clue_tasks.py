@@ -16,7 +16,9 @@ import subprocess
 
 import pytest
 
-from bert_mgpu.classifier import data as rc
+from bert_mgpu.classifier import clue_processors
+from bert_mgpu.classifier import input_examples
+from bert_mgpu.classifier import tasks
 import cli
 from bert_mgpu.classifier import clue_submission
 from test_classifier_data import assert_usage_error
@@ -40,7 +42,7 @@ def write_json_lines(path, objects):
 
 
 def read(task, data_dir, split):
-  return rc.get_processor(task).get_examples(str(data_dir), split)
+  return tasks.get_processor(task).get_examples(str(data_dir), split)
 
 
 def summary(examples):
@@ -48,18 +50,18 @@ def summary(examples):
 
 
 class _KeepInfo(logging.Handler):
-  """Keeps the messages classifier_data logs at INFO and above while in use."""
+  """Keeps the messages the CLUE processors log at INFO and above while in use."""
 
   def __enter__(self):
     self.messages = []
-    self.level_before = rc._LOGGER.level  # pylint: disable=protected-access
-    rc._LOGGER.setLevel(logging.INFO)  # pylint: disable=protected-access
-    rc._LOGGER.addHandler(self)  # pylint: disable=protected-access
+    self.level_before = clue_processors._LOGGER.level  # pylint: disable=protected-access
+    clue_processors._LOGGER.setLevel(logging.INFO)  # pylint: disable=protected-access
+    clue_processors._LOGGER.addHandler(self)  # pylint: disable=protected-access
     return self
 
   def __exit__(self, *unused_exc):
-    rc._LOGGER.removeHandler(self)  # pylint: disable=protected-access
-    rc._LOGGER.setLevel(self.level_before)  # pylint: disable=protected-access
+    clue_processors._LOGGER.removeHandler(self)  # pylint: disable=protected-access
+    clue_processors._LOGGER.setLevel(self.level_before)  # pylint: disable=protected-access
 
   def emit(self, record):
     self.messages.append(record.getMessage())
@@ -111,7 +113,7 @@ def test_nli_drops_dash_rows_from_train_and_dev_and_logs_the_counts(tmp_path, ta
   assert len([m for m in log.messages if train in m and "2 of 4 examples dropped" in m]) == 1
   assert len([m for m in log.messages if dev in m and "1 of 2 examples dropped" in m]) == 1
   assert not [m for m in log.messages if "test.json" in m]
-  assert rc.get_processor(task).get_labels(str(tmp_path)) == NLI_LABELS
+  assert tasks.get_processor(task).get_labels(str(tmp_path)) == NLI_LABELS
 
 
 def test_ocnli_reads_train_50k_json_before_train_json(tmp_path):
@@ -120,7 +122,7 @@ def test_ocnli_reads_train_50k_json_before_train_json(tmp_path):
   assert [e.text_a for e in read("ocnli", tmp_path, "train")] == ["x"]
   path = write_json_lines(tmp_path / "train.50k.json", [
       {"sentence1": "50k", "sentence2": "y", "label": "entailment", "id": 3}])
-  processor = rc.get_processor("ocnli")
+  processor = tasks.get_processor("ocnli")
   assert processor.input_files(str(tmp_path), "train") == [path]
   assert summary(processor.get_examples(str(tmp_path), "train")) == [
       ("3", "50k", "y", "entailment", 3)]
@@ -177,14 +179,14 @@ def test_cluewsc2020_marks_the_spans_as_clues_baseline_does(tmp_path):
   assert examples[3].text_a == u"他走后，老蔡骂上了，说_老裴_[外甥]平白无故"
   assert summary(read("cluewsc2020", tmp_path, "test")) == [
       ("0", baseline_wsc_text(text, *spans[0]), None, None, 0)]
-  assert rc.get_processor("cluewsc2020").get_labels(str(tmp_path)) == ["true", "false"]
+  assert tasks.get_processor("cluewsc2020").get_labels(str(tmp_path)) == ["true", "false"]
 
 
 def test_fixed_label_lists_in_clues_order(tmp_path):
   expected = {"afqmc": ["0", "1"], "cmnli": NLI_LABELS, "ocnli": NLI_LABELS, "csl": ["0", "1"],
               "cluewsc2020": ["true", "false"]}
   for task, labels in expected.items():
-    assert rc.get_processor(task).get_labels(str(tmp_path)) == labels, task
+    assert tasks.get_processor(task).get_labels(str(tmp_path)) == labels, task
 
 
 def test_jsonl_takes_sentence1_and_sentence2(tmp_path):
@@ -232,8 +234,9 @@ def test_missing_or_malformed_key(tmp_path, task, obj, fragments):
 # ---------------------------------------------------------------------------
 
 def test_submission_file_names_of_every_clue_task(tmp_path):
-  examples = [rc.InputExample("3", "a", raw_id=3), rc.InputExample("x", "b", raw_id="x"),
-              rc.InputExample("test-2", "c")]
+  examples = [input_examples.InputExample("3", "a", raw_id=3),
+              input_examples.InputExample("x", "b", raw_id="x"),
+              input_examples.InputExample("test-2", "c")]
   expected_names = {
       "tnews": ["tnews_predict.json", "tnews11_predict.json"],
       "iflytek": ["iflytek_predict.json"], "afqmc": ["afqmc_predict.json"],

@@ -26,10 +26,19 @@ import tensorflow.compat.v1 as tf
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT_PATH = os.path.join(REPO_DIR, "create_pretraining_data.py")
 
-import cli  # pylint: disable=g-import-not-at-top
-import create_pretraining_data as cpd  # pylint: disable=g-import-not-at-top
-import tokenization  # pylint: disable=g-import-not-at-top
-from bert_mgpu.errors import UsageError  # pylint: disable=g-import-not-at-top
+# pylint: disable=g-import-not-at-top
+import cli
+import create_pretraining_data as cpd
+from bert_mgpu import signals
+from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import parallel
+from bert_mgpu.pretraining import pipeline
+from bert_mgpu.pretraining import record_writing
+from bert_mgpu.pretraining import text_input
+from bert_mgpu.pretraining import training_instances
+import tokenization
+from bert_mgpu.errors import UsageError
+# pylint: enable=g-import-not-at-top
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # English words and their word pieces (the test's own tokenizer).
@@ -117,8 +126,8 @@ def read_records(path):
 
 
 def run_cpd(tmp_path, corpus_text, name="out", seed=12345, output_names=None,
-            stop_signals=None, progress_interval_seconds=cpd.DEFAULT_PROGRESS_INTERVAL_SECONDS,
-            **settings):
+            stop_signals=None,
+            progress_interval_seconds=parallel.DEFAULT_PROGRESS_INTERVAL_SECONDS, **settings):
   """Writes the corpus and runs the pipeline in-process; returns (output paths, stats).
 
   `settings` are DataSettings fields, on top of the test's max_seq_length,
@@ -126,13 +135,13 @@ def run_cpd(tmp_path, corpus_text, name="out", seed=12345, output_names=None,
   """
   input_path = write_text(tmp_path / (name + ".txt"), corpus_text)
   outputs = [str(tmp_path / n) for n in (output_names or [name + ".tfrecord"])]
-  data_settings = cpd.DataSettings(
+  base_settings = data_settings.DataSettings(
       input_file=input_path, output_file=",".join(outputs), vocab_file=write_vocab(tmp_path),
       max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=4,
       random_seed=seed)
-  stats = cpd.create_pretraining_data(data_settings._replace(**settings),
-                                      stop_signals=stop_signals,
-                                      progress_interval_seconds=progress_interval_seconds)
+  stats = pipeline.create_pretraining_data(base_settings._replace(**settings),
+                                           stop_signals=stop_signals,
+                                           progress_interval_seconds=progress_interval_seconds)
   return outputs, stats
 
 
@@ -375,7 +384,7 @@ def test_reading_documents_bad_lines_and_counts(tmp_path):
     f.write(b"the cat sat .\n\xff\xfe bad line\nthe dog ran .\n\n\n\x01\x02\n\nbig red mat\n")
   write_text(tmp_path / "second.txt", "cats walks\n")
   output = str(tmp_path / "o.tfrecord")
-  stats = cpd.create_pretraining_data(cpd.DataSettings(
+  stats = pipeline.create_pretraining_data(data_settings.DataSettings(
       input_file="%s,%s" % (first, tmp_path / "sec*.txt"), output_file=output,
       vocab_file=write_vocab(tmp_path), max_seq_length=MAX_SEQ_LENGTH,
       max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=1))
@@ -389,7 +398,7 @@ def test_reading_documents_bad_lines_and_counts(tmp_path):
 def test_no_documents_is_an_error(tmp_path):
   input_path = write_text(tmp_path / "blank.txt", "\n\n  \n")
   with pytest.raises(UsageError, match="no document"):
-    cpd.create_pretraining_data(cpd.DataSettings(
+    pipeline.create_pretraining_data(data_settings.DataSettings(
         input_file=input_path, output_file=str(tmp_path / "o.tfrecord"),
         vocab_file=write_vocab(tmp_path)))
   assert not os.path.exists(str(tmp_path / "o.tfrecord"))
@@ -403,16 +412,16 @@ def test_data_settings_from_flags_names_every_field_with_the_same_defaults():
   settings = cpd.data_settings_from_flags(flag_values)
   # The defaults are the flags' (Google's), but for num_workers: 1, Google's single
   # stream, in code; 0, one per CPU core, on the command line.
-  assert settings == cpd.DataSettings(input_file="a.txt", output_file="o.tfrecord",
-                                      vocab_file="vocab.txt", num_workers=0)
+  assert settings == data_settings.DataSettings(input_file="a.txt", output_file="o.tfrecord",
+                                                vocab_file="vocab.txt", num_workers=0)
   flag_values(["create_pretraining_data.py", "--dupe_factor=3", "--masked_lm_prob=0.2",
                "--nodo_lower_case", "--do_whole_word_mask", "--chinese_segmenter=jieba"])
   settings = cpd.data_settings_from_flags(flag_values)
   assert (settings.dupe_factor, settings.masked_lm_prob, settings.do_lower_case,
           settings.do_whole_word_mask, settings.chinese_segmenter) == (3, 0.2, False, True,
                                                                       "jieba")
-  per_instance = cpd.instance_settings(settings._replace(chinese_segmenter=None))
-  assert per_instance == cpd.InstanceSettings(
+  per_instance = data_settings.instance_settings(settings._replace(chinese_segmenter=None))
+  assert per_instance == data_settings.InstanceSettings(
       max_seq_length=128, short_seq_prob=0.1, masked_lm_prob=0.2, max_predictions_per_seq=20,
       dupe_factor=3, do_whole_word_mask=True, random_seed=12345, chinese_segmenter="")
 
@@ -502,17 +511,18 @@ def test_negative_num_workers_is_an_error(tmp_path):
 def test_whole_word_tokenizing_keeps_tokens_and_marks_word_characters(tmp_path):
   tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path), do_lower_case=True)
   line = u"北京 是 天安门，Cats playing! 中国人民 xyz 我爱"
-  tokens = cpd.tokenize_line(tokenizer, line, do_whole_word_mask=True)
+  tokens = text_input.tokenize_line(tokenizer, line, do_whole_word_mask=True)
   assert [str(token) for token in tokens] == tokenizer.tokenize(line)
-  continues = [isinstance(token, cpd.WordContinuation) for token in tokens]
+  continues = [isinstance(token, text_input.WordContinuation) for token in tokens]
   # 北 京 | 是 | 天 安 门 ， cat ##s play ##ing ! | 中 国 人 民 | [UNK] | 我 爱
   assert [str(t) for t in tokens] == [
       "北", "京", "是", "天", "安", "门", "[UNK]", "cat", "##s", "play", "##ing", "[UNK]",
       "中", "国", "人", "民", "[UNK]", "我", "爱"]
   assert continues == [False, True, False, False, True, True, False, False, False, False,
                        False, False, False, True, True, True, False, False, True]
-  assert not any(isinstance(token, cpd.WordContinuation)
-                 for token in cpd.tokenize_line(tokenizer, line, do_whole_word_mask=False))
+  assert not any(isinstance(token, text_input.WordContinuation)
+                 for token in text_input.tokenize_line(tokenizer, line,
+                                                       do_whole_word_mask=False))
 
 
 def test_unsegmented_chinese_lines_mask_single_characters(tmp_path):
@@ -520,11 +530,12 @@ def test_unsegmented_chinese_lines_mask_single_characters(tmp_path):
   # space would make clause-long "words"; Google's script masks characters one by one.
   tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path), do_lower_case=True)
   raw = u"北京是中国人民的天安门，cats playing"
-  tokens = cpd.tokenize_line(tokenizer, raw, do_whole_word_mask=True)
+  tokens = text_input.tokenize_line(tokenizer, raw, do_whole_word_mask=True)
   assert [str(token) for token in tokens] == tokenizer.tokenize(raw)
-  assert not any(isinstance(token, cpd.WordContinuation) for token in tokens)
-  assert not cpd.is_segmented_chinese(raw.replace(" ", "")) and \
-      not cpd.is_segmented_chinese(u"中国 cats 北京") and cpd.is_segmented_chinese(u"北京 是")
+  assert not any(isinstance(token, text_input.WordContinuation) for token in tokens)
+  assert not text_input.is_segmented_chinese(raw.replace(" ", "")) and \
+      not text_input.is_segmented_chinese(u"中国 cats 北京") and \
+      text_input.is_segmented_chinese(u"北京 是")
 
 
 # ---------------------------------------------------------------------------
@@ -597,10 +608,11 @@ def reference_records(text, vocab_file, seed, docs_per_chunk, dupe_factor):
     instances = []
     for _ in range(dupe_factor):
       for index in range(len(chunk)):
-        instances.extend(cpd.create_instances_from_document(
+        instances.extend(training_instances.create_instances_from_document(
             chunk, index, MAX_SEQ_LENGTH, 0.1, 0.15, MAX_PREDICTIONS, vocab_words, rng))
     rng.shuffle(instances)
-    records.extend(cpd.serialize_instance(instance, tokenizer, MAX_SEQ_LENGTH, MAX_PREDICTIONS)
+    records.extend(record_writing.serialize_instance(instance, tokenizer, MAX_SEQ_LENGTH,
+                                                     MAX_PREDICTIONS)
                    for instance in instances)
   return records
 
@@ -622,8 +634,8 @@ def test_reader_is_consumed_one_chunk_at_a_time(tmp_path, monkeypatch):
   read = [0]
   handed_on = [0]
   held = []
-  real_reader = cpd.read_raw_documents
-  real_tokenize_chunk = cpd.tokenize_chunk
+  real_reader = text_input.read_raw_documents
+  real_tokenize_chunk = parallel.tokenize_chunk
 
   def counting_reader(*args, **kwargs):
     for document in real_reader(*args, **kwargs):
@@ -635,8 +647,8 @@ def test_reader_is_consumed_one_chunk_at_a_time(tmp_path, monkeypatch):
     handed_on[0] += len(raw_documents)
     return real_tokenize_chunk(raw_documents, *args, **kwargs)
 
-  monkeypatch.setattr(cpd, "read_raw_documents", counting_reader)
-  monkeypatch.setattr(cpd, "tokenize_chunk", recording_tokenize_chunk)
+  monkeypatch.setattr(text_input, "read_raw_documents", counting_reader)
+  monkeypatch.setattr(parallel, "tokenize_chunk", recording_tokenize_chunk)
   text, documents = make_english_corpus(seed=11, num_documents=23)
   _, stats = run_cpd(tmp_path, text, dupe_factor=1, docs_per_chunk=5, num_workers=2)
   assert read[0] == handed_on[0] == len(documents) == stats.documents
@@ -669,7 +681,7 @@ def test_peak_memory_follows_the_chunk_not_the_corpus(tmp_path):
 def test_a_failure_leaves_the_old_output_and_no_temp_file(tmp_path, monkeypatch):
   output = write_text(tmp_path / "o.tfrecord", "old")
   calls = [0]
-  real_create_chunk_records = cpd.create_chunk_records
+  real_create_chunk_records = parallel.create_chunk_records
 
   def failing_second_chunk(*args, **kwargs):
     calls[0] += 1
@@ -677,7 +689,7 @@ def test_a_failure_leaves_the_old_output_and_no_temp_file(tmp_path, monkeypatch)
       raise RuntimeError("disk full")
     return real_create_chunk_records(*args, **kwargs)
 
-  monkeypatch.setattr(cpd, "create_chunk_records", failing_second_chunk)
+  monkeypatch.setattr(parallel, "create_chunk_records", failing_second_chunk)
   text, _ = make_english_corpus(seed=13, num_documents=12)
   with pytest.raises(RuntimeError, match="disk full"):
     run_cpd(tmp_path, text, name="o", output_names=["o.tfrecord"], docs_per_chunk=5)
@@ -705,8 +717,8 @@ PROGRESS_RE = re.compile(
 def test_progress_log_eta_and_rate_limit():
   now = [100.0]
   lines = []
-  progress = cpd.ProgressLog(2000000, interval_seconds=5.0, clock=lambda: now[0],
-                             log_function=lambda fmt, *args: lines.append(fmt % args))
+  progress = parallel.ProgressLog(2000000, interval_seconds=5.0, clock=lambda: now[0],
+                                  log_function=lambda fmt, *args: lines.append(fmt % args))
   now[0] = 104.0
   progress.maybe_log()
   assert not lines  # under the interval
@@ -797,23 +809,23 @@ def test_jieba_words_are_the_whole_word_groups(tmp_path):
   jieba = pytest.importorskip("jieba")
   line = u"我爱北京天安门，北京是中国的首都。今天天气很好，我们一起去公园散步吧。"
   tokenizer = tokenization.FullTokenizer(vocab_for(tmp_path, line), do_lower_case=True)
-  segment = cpd.load_chinese_segmenter("jieba")
-  tokens = cpd.tokenize_line(tokenizer, line, True, segment)
+  segment = text_input.load_chinese_segmenter("jieba")
+  tokens = text_input.tokenize_line(tokenizer, line, True, segment)
   assert [str(token) for token in tokens] == list(line) == tokenizer.tokenize(line)
   starts = jieba_word_starts(jieba, line)
-  assert [not isinstance(token, cpd.WordContinuation) for token in tokens] == starts
+  assert [not isinstance(token, text_input.WordContinuation) for token in tokens] == starts
   expected_groups = []
   for position, start in enumerate(starts, 1):  # position 0 is [CLS]
     if start:
       expected_groups.append([position])
     else:
       expected_groups[-1].append(position)
-  groups = cpd.whole_word_candidates(["[CLS]"] + tokens + ["[SEP]"], True)
+  groups = training_instances.whole_word_candidates(["[CLS]"] + tokens + ["[SEP]"], True)
   assert sorted(groups) == expected_groups
   assert max(len(group) for group in groups) >= 3  # e.g. 天安门
   # Without the segmenter, unspaced Chinese is masked character by character (Google's).
-  plain = cpd.tokenize_line(tokenizer, line, True)
-  assert not any(isinstance(token, cpd.WordContinuation) for token in plain)
+  plain = text_input.tokenize_line(tokenizer, line, True)
+  assert not any(isinstance(token, text_input.WordContinuation) for token in plain)
 
 
 def test_jieba_keeps_the_tokens_of_mixed_text(tmp_path):
@@ -825,11 +837,12 @@ def test_jieba_keeps_the_tokens_of_mixed_text(tmp_path):
       "iphone", "cafe", "caf", "3", "5", ".", "%", "t", "カタカナ"]
   vocab_file = write_text(tmp_path / "mixed_vocab.txt", "".join(t + "\n" for t in vocab))
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
-  tokens = cpd.tokenize_line(tokenizer, line, True, cpd.load_chinese_segmenter("jieba"))
+  tokens = text_input.tokenize_line(tokenizer, line, True,
+                                    text_input.load_chinese_segmenter("jieba"))
   assert [str(token) for token in tokens] == tokenizer.tokenize(line)
   assert "cafe" in tokens and "カタカナ" in tokens
   # 手机 is one jieba word.
-  assert isinstance(tokens[tokens.index(u"手") + 1], cpd.WordContinuation)
+  assert isinstance(tokens[tokens.index(u"手") + 1], text_input.WordContinuation)
 
 
 JIEBA_CORPUS_WORDS = [
@@ -904,12 +917,12 @@ def test_jieba_whole_word_masking_in_worker_processes(tmp_path):
     vocab = f.read().split("\n")
   input_path = write_text(tmp_path / "raw.txt", text)
   whole = str(tmp_path / "whole.tfrecord")
-  settings = cpd.DataSettings(
+  settings = data_settings.DataSettings(
       input_file=input_path, output_file=whole, vocab_file=vocab_file,
       max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=3,
       num_workers=2, docs_per_chunk=12)
-  cpd.create_pretraining_data(settings._replace(do_whole_word_mask=True,
-                                                chinese_segmenter="jieba"))
+  pipeline.create_pretraining_data(settings._replace(do_whole_word_mask=True,
+                                                     chinese_segmenter="jieba"))
   partial, full = jieba_split_groups(whole, vocab, documents, jieba)
   assert partial == 0
   assert full > 20
@@ -923,7 +936,7 @@ def test_jieba_whole_word_masking_in_worker_processes(tmp_path):
   assert masked > 0.9 * budget
   # Character masking splits jieba's words, so the check above can fail.
   pieces = str(tmp_path / "pieces.tfrecord")
-  cpd.create_pretraining_data(settings._replace(output_file=pieces))
+  pipeline.create_pretraining_data(settings._replace(output_file=pieces))
   assert jieba_split_groups(pieces, vocab, documents, jieba)[0] > 0
 
 
@@ -960,7 +973,7 @@ def cpd_on_file(tmp_path, input_path, output=None, **kwargs):
   settings = dict(max_seq_length=MAX_SEQ_LENGTH, max_predictions_per_seq=MAX_PREDICTIONS,
                   dupe_factor=1)
   settings.update(kwargs)
-  return cpd.create_pretraining_data(cpd.DataSettings(
+  return pipeline.create_pretraining_data(data_settings.DataSettings(
       input_file=input_path, output_file=output or str(tmp_path / "o.tfrecord"),
       vocab_file=write_vocab(tmp_path), **settings))
 
@@ -1008,15 +1021,15 @@ def test_chunks_of_one_document_are_refused(tmp_path):
 
 def test_progress_percentage_is_the_share_done_not_read():
   lines = []
-  progress = cpd.ProgressLog(10000, interval_seconds=0.0, clock=lambda: 10.0,
-                             log_function=lambda fmt, *args: lines.append(fmt % args))
+  progress = parallel.ProgressLog(10000, interval_seconds=0.0, clock=lambda: 10.0,
+                                  log_function=lambda fmt, *args: lines.append(fmt % args))
   progress.bytes_read, progress.bytes_done = 8000, 2000.0
   progress.maybe_log()
   assert lines[-1].startswith("Progress: 20.0% done; read 8.0 KB of 10.0 KB,"), lines[-1]
 
 
 def test_a_document_without_blank_lines_for_too_long_is_warned_about(tmp_path, monkeypatch):
-  monkeypatch.setattr(cpd, "LONG_DOCUMENT_LINES", 6)
+  monkeypatch.setattr(text_input, "LONG_DOCUMENT_LINES", 6)
   handler = ListHandler()
   tf.get_logger().addHandler(handler)
   try:
@@ -1197,7 +1210,8 @@ def test_sigterm_stops_the_workers_and_leaves_no_file(tmp_path):
 @contextlib.contextmanager
 def signal_handlers_kept():
   """Puts pytest's SIGINT and SIGTERM handlers back afterwards."""
-  previous = dict((signum, signal.getsignal(signum)) for signum in cpd.StopOnSignals.SIGNALS)
+  previous = dict((signum, signal.getsignal(signum))
+                  for signum in signals.StopOnSignals.SIGNALS)
   try:
     yield
   finally:
@@ -1208,21 +1222,21 @@ def signal_handlers_kept():
 def test_stop_on_signals_raises_once_then_ignores():
   with signal_handlers_kept():
     before = signal.getsignal(signal.SIGINT)
-    with cpd.StopOnSignals() as stop:
+    with signals.StopOnSignals() as stop:
       pass
     assert stop.signum is None and signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(cpd.Terminated):
-      with cpd.StopOnSignals() as stop:
+    with pytest.raises(signals.Terminated):
+      with signals.StopOnSignals() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises before this ends
     assert stop.signum == signal.SIGTERM
     # On its way out the process ignores any further signal.
     assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     with pytest.raises(KeyboardInterrupt):
-      with cpd.StopOnSignals() as stop:
+      with signals.StopOnSignals() as stop:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)
-    with cpd.StopOnSignals() as stop:
+    with signals.StopOnSignals() as stop:
       stop.stop_raising()
       os.kill(os.getpid(), signal.SIGTERM)
       time.sleep(0.1)
@@ -1231,17 +1245,17 @@ def test_stop_on_signals_raises_once_then_ignores():
 
 def test_a_signal_while_the_outputs_are_renamed_lets_the_run_finish(tmp_path, monkeypatch):
   # All output files get their names, or none: a stop there would leave some renamed.
-  real_commit = cpd.RoundRobinRecordWriter.commit
+  real_commit = record_writing.RoundRobinRecordWriter.commit
 
   def commit_under_sigterm(writer):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.1)
     return real_commit(writer)
 
-  monkeypatch.setattr(cpd.RoundRobinRecordWriter, "commit", commit_under_sigterm)
+  monkeypatch.setattr(record_writing.RoundRobinRecordWriter, "commit", commit_under_sigterm)
   text, _ = make_english_corpus(seed=22, num_documents=10)
   with signal_handlers_kept():
-    with cpd.StopOnSignals() as stop:
+    with signals.StopOnSignals() as stop:
       outputs, stats = run_cpd(tmp_path, text, output_names=["s-0.tfrecord", "s-1.tfrecord"],
                                stop_signals=stop)
   assert stop.signum == signal.SIGTERM

@@ -14,7 +14,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.errors import UsageError
+from bert_mgpu.serving import export
+from bert_mgpu.serving import model_inputs
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines
@@ -35,7 +37,7 @@ def model(tmp_path_factory):
 
 def featurize(model, texts_a, texts_b=None):
   tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case=True)
-  return serving.featurize(tokenizer, trained_classifier.MAX_SEQ_LENGTH, texts_a, texts_b)
+  return model_inputs.featurize(tokenizer, trained_classifier.MAX_SEQ_LENGTH, texts_a, texts_b)
 
 
 def run_export(version_dir, features, batch_size):
@@ -133,7 +135,7 @@ def test_export_keeps_googles_variable_names_of_the_best_checkpoint(model):
   best = tf.train.latest_checkpoint(os.path.join(trained.output_dir, "best"))
   latest = tf.train.latest_checkpoint(trained.output_dir)
   assert best is not None and best != latest  # so the test can tell which one was used
-  exported = serving.checkpoint_of_export(os.path.join(export_dir, "2"))
+  exported = export.checkpoint_of_export(os.path.join(export_dir, "2"))
   exported_names = sorted(name for name, _ in tf.train.list_variables(exported))
   model_names = sorted(name for name, _ in tf.train.list_variables(best)
                        if name != "global_step" and not name.endswith(("/adam_m", "/adam_v")))
@@ -194,7 +196,7 @@ def test_crash_leftovers_are_removed_and_live_exports_kept(tmp_path):
     os.makedirs(os.path.join(export_dir, name))
   old = time.time() - 3600
   os.utime(os.path.join(export_dir, "2"), (old, old))  # a claim a crash left long ago
-  serving.remove_export_leftovers(export_dir)
+  export.remove_export_leftovers(export_dir)
   # "3" may be a claim in progress (just made): it stays until it is old.
   assert sorted(os.listdir(export_dir)) == sorted(["1", "3", live])
 
@@ -205,11 +207,11 @@ def test_the_newest_version_skips_numbered_directories_without_a_saved_model(tmp
   make_version(export_dir, "2")
   os.makedirs(os.path.join(export_dir, "3"))
   os.makedirs(os.path.join(export_dir, "10", "variables"))
-  assert serving.newest_version_dir(export_dir) == os.path.join(export_dir, "2")
+  assert export.newest_version_dir(export_dir) == os.path.join(export_dir, "2")
   empty = str(tmp_path / "empty")
   os.makedirs(os.path.join(empty, "1"))
-  with pytest.raises(serving.UsageError, match="holds no SavedModel"):
-    serving.newest_version_dir(empty)
+  with pytest.raises(UsageError, match="holds no SavedModel"):
+    export.newest_version_dir(empty)
 
 
 def saved_model_cli_command():

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import feature_cache
+from bert_mgpu.classifier import input_examples
 import cli
 from test_bad_input_cli import write_model_files, write_text
 
@@ -28,9 +29,9 @@ def tsv(rows):
 def test_the_setting_changes_the_cache_key_only_when_set(tmp_path):
   vocab, _ = write_model_files(str(tmp_path), [text for _, text in ROWS])
   data = write_text(str(tmp_path / "train.tsv"), tsv(ROWS))
-  key = lambda **flag: classifier_data.features_cache_key(  # pylint: disable=g-long-lambda
+  key = lambda **flag: feature_cache.features_cache_key(  # pylint: disable=g-long-lambda
       "train", [data], [u"坏", u"好"], 16, vocab, True, "tsv",
-      options=classifier_data.FeatureOptions(**flag))
+      options=input_examples.FeatureOptions(**flag))
   assert key() == key(literal_special_tokens=False)
   assert key() != key(literal_special_tokens=True)
 

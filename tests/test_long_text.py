@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import featurizing
+from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import long_text
 import multigpu
 from bert_mgpu.data import tfrecord_io
@@ -179,8 +180,8 @@ def tokenizer(tmp_path_factory):
     ("", "a dog"),
 ])
 def test_a_text_that_fits_gives_one_window_equal_to_truncation(tokenizer, text_a, text_b):
-  example = classifier_data.InputExample("id-0", text_a, text_b, "x")
-  features = classifier_data.convert_single_example(example, {"x": 0}, 12, tokenizer)
+  example = input_examples.InputExample("id-0", text_a, text_b, "x")
+  features = featurizing.convert_single_example(example, {"x": 0}, 12, tokenizer)
   tokens_b = tokenizer.tokenize(text_b) if text_b else None
   doc = long_text.document_windows(tokenizer.tokenize(text_a), tokens_b, 12, 2, 8,
                                    tokenizer.convert_tokens_to_ids)
@@ -191,8 +192,8 @@ def test_a_text_that_fits_gives_one_window_equal_to_truncation(tokenizer, text_a
 
 
 def test_the_first_window_of_a_long_single_text_is_its_truncation(tokenizer):
-  example = classifier_data.InputExample("id-0", "the cat sat on the mat " * 4, None, "x")
-  features = classifier_data.convert_single_example(example, {"x": 0}, 10, tokenizer)
+  example = input_examples.InputExample("id-0", "the cat sat on the mat " * 4, None, "x")
+  features = featurizing.convert_single_example(example, {"x": 0}, 10, tokenizer)
   doc = long_text.document_windows(tokenizer.tokenize(example.text_a), None, 10, 3, 8,
                                    tokenizer.convert_tokens_to_ids)
   assert len(doc.tokens) > 1

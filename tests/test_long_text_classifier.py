@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import feature_cache
+from bert_mgpu.classifier import featurizing
+from bert_mgpu.classifier import input_examples
 import cli
 from bert_mgpu.classifier import long_text
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.serving import model_files
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines, read_probabilities, write_text
@@ -233,24 +235,24 @@ def test_model_settings_and_the_feature_cache_key_hold_the_long_text_settings(
     settings = json.load(f)
   assert settings["long_text"] == "windows" and settings["window_pooling"] == "max"
   assert settings["doc_stride"] == DOC_STRIDE and settings["max_windows"] == MAX_WINDOWS
-  assert serving.feature_options(settings) == classifier_data.FeatureOptions(
+  assert model_files.feature_options(settings) == input_examples.FeatureOptions(
       long_text="windows", doc_stride=DOC_STRIDE, max_windows=MAX_WINDOWS)
-  head_tail = classifier_data.FeatureOptions(long_text="head_tail", head_tokens=5)
-  settings = serving.classifier_settings("tsv", True, MAX_SEQ_LENGTH, head_tail)
+  head_tail = input_examples.FeatureOptions(long_text="head_tail", head_tokens=5)
+  settings = model_files.classifier_settings("tsv", True, MAX_SEQ_LENGTH, head_tail)
   assert settings["long_text"] == "head_tail" and settings["head_tokens"] == 5
-  assert serving.feature_options(json.loads(json.dumps(settings))) == head_tail
+  assert model_files.feature_options(json.loads(json.dumps(settings))) == head_tail
 
   def key(**options):
-    return classifier_data.features_cache_key(
+    return feature_cache.features_cache_key(
         "test", [os.path.join(data.mixed, "test.tsv")], LABELS, MAX_SEQ_LENGTH,
-        data.vocab_file, True, "tsv", classifier_data.FeatureOptions(**options))
+        data.vocab_file, True, "tsv", input_examples.FeatureOptions(**options))
   keys = [key(), key(long_text="head_tail"), key(long_text="head_tail", head_tokens=3),
           key(long_text="windows"), key(long_text="windows", doc_stride=32),
           key(long_text="windows", max_windows=4)]
   assert len(set(keys)) == len(keys)
   # Settings a mode does not use leave its key (and older caches) as they were.
   assert key(doc_stride=5, max_windows=2, head_tokens=3) == keys[0] == \
-      classifier_data.features_cache_key(
+      feature_cache.features_cache_key(
           "test", [os.path.join(data.mixed, "test.tsv")], LABELS, MAX_SEQ_LENGTH,
           data.vocab_file, True, "tsv")
   assert key(long_text="windows", head_tokens=3) == keys[3]
@@ -418,9 +420,9 @@ def tokenizer(data):
 
 
 def featurize(tokenizer, text_a, text_b, max_seq_length, **options):
-  example = classifier_data.InputExample("id-0", text_a, text_b, "l0")
-  features, truncated = classifier_data.convert_example_counting_truncation(
-      example, {"l0": 0}, max_seq_length, tokenizer, classifier_data.FeatureOptions(**options))
+  example = input_examples.InputExample("id-0", text_a, text_b, "l0")
+  features, truncated = featurizing.convert_example_counting_truncation(
+      example, {"l0": 0}, max_seq_length, tokenizer, input_examples.FeatureOptions(**options))
   length = sum(features.input_mask)
   tokens = [VOCAB[i] for i in features.input_ids[:length]]
   assert not any(features.input_ids[length:]) and len(features.input_ids) == max_seq_length

@@ -28,14 +28,19 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.training import checkpoints
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import class_labels
+from bert_mgpu.classifier import feature_cache
+from bert_mgpu.classifier import featurizing
+from bert_mgpu.classifier import featurizing_pool
+from bert_mgpu.classifier import input_examples
+from bert_mgpu.classifier import tasks
 import cli
 import modeling
 from bert_mgpu.classifier import multi_label
 import multigpu
 import numpy_bert
 import run_classifier_mgpu
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.serving import model_inputs
 import tokenization
 import trained_classifier
 from bert_mgpu.errors import UsageError
@@ -55,7 +60,7 @@ def write(path, text):
 
 
 def read_split(task, data_dir, split, separator=","):
-  return classifier_data.get_processor(task, separator).get_examples(str(data_dir), split)
+  return tasks.get_processor(task, separator).get_examples(str(data_dir), split)
 
 
 def labels_of(examples):
@@ -94,11 +99,11 @@ def test_tsv_label_sets_with_the_default_separator(tmp_path):
   assert labels_of(read_split("tsv", tmp_path, "dev")) == [(), ("b",)]
   # A test example without labels has none to score against: None, as single-label tests.
   assert labels_of(read_split("tsv", tmp_path, "test")) == [None, ("a", "b")]
-  processor = classifier_data.get_processor("tsv", ",")
+  processor = tasks.get_processor("tsv", ",")
   # The sorted distinct single labels, not the label fields.
   assert processor.get_labels(str(tmp_path)) == ["a", "a|b", "b", "c"]
-  assert classifier_data.resolve_label_list(processor, str(tmp_path), str(tmp_path / "out"),
-                                            True) == ["a", "a|b", "b", "c"]
+  assert class_labels.resolve_label_list(processor, str(tmp_path), str(tmp_path / "out"),
+                                         True) == ["a", "a|b", "b", "c"]
 
 
 def test_another_separator_and_csv_quoting(tmp_path):
@@ -108,7 +113,7 @@ def test_another_separator_and_csv_quoting(tmp_path):
   assert labels_of(read_split("tsv", tmp_path, "train", " | ")) == [("x|y",), ("y", "x,z")]
   write(tmp_path / "train.csv", 'label,text_a\n"news, sport","a, b"\n,empty\n')
   assert labels_of(read_split("csv", tmp_path, "train")) == [("news", "sport"), ()]
-  assert classifier_data.get_processor("csv", ",").get_labels(str(tmp_path)) == [
+  assert tasks.get_processor("csv", ",").get_labels(str(tmp_path)) == [
       "news", "sport"]
 
 
@@ -150,19 +155,19 @@ def test_jsonl_list_item_with_an_unpaired_surrogate(tmp_path):
 def test_unknown_label_in_dev_names_file_line_and_label(tmp_path):
   write(tmp_path / "train.tsv", "label\ttext_a\na,b\tone\nb\ttwo\n")
   dev_file = write(tmp_path / "dev.tsv", "label\ttext_a\nb\tfine\n\tnone\nb, zzz ,a\tbad\n")
-  processor = classifier_data.get_processor("tsv", ",")
-  label_list = classifier_data.resolve_label_list(processor, str(tmp_path), str(tmp_path),
-                                                  True)
+  processor = tasks.get_processor("tsv", ",")
+  label_list = class_labels.resolve_label_list(processor, str(tmp_path), str(tmp_path),
+                                               True)
   assert label_list == ["a", "b"]
   dev = processor.get_dev_examples(str(tmp_path))
-  message = assert_usage_error(lambda: classifier_data.check_labels(dev, label_list),
+  message = assert_usage_error(lambda: class_labels.check_labels(dev, label_list),
                                dev_file + " line 4", "'zzz'")
   assert "'b, zzz ,a'" not in message  # the unknown label, not the whole field
   # Featurizing refuses it too (the records never hold a partial label set).
   vocab_file = write(tmp_path / "vocab.txt", "".join(t + "\n" for t in VOCAB))
-  assert_usage_error(lambda: classifier_data.write_features(
+  assert_usage_error(lambda: featurizing_pool.write_features(
       dev, label_list, 8, vocab_file, True, str(tmp_path / "dev.tf_record"),
-      options=classifier_data.FeatureOptions(multi_label=True, label_separator=",")),
+      options=input_examples.FeatureOptions(multi_label=True, label_separator=",")),
                      dev_file + " line 4", "'zzz'")
   assert not os.path.exists(str(tmp_path / "dev.tf_record"))
 
@@ -170,32 +175,32 @@ def test_unknown_label_in_dev_names_file_line_and_label(tmp_path):
 def test_a_label_holding_the_separator_is_refused(tmp_path):
   write(tmp_path / "train.tsv", "label\ttext_a\nx\tone\n")
   write(tmp_path / "labels.txt", "x\nsport|news\n")
-  assert_usage_error(lambda: classifier_data.resolve_label_list(
-      classifier_data.get_processor("tsv", "|"), str(tmp_path), str(tmp_path), True),
+  assert_usage_error(lambda: class_labels.resolve_label_list(
+      tasks.get_processor("tsv", "|"), str(tmp_path), str(tmp_path), True),
                      "'sport|news'", "separator", "'|'")
   # The same labels.txt is fine with another separator, and without --multi_label.
   for separator in (",", None):
-    assert classifier_data.resolve_label_list(
-        classifier_data.get_processor("tsv", separator), str(tmp_path), str(tmp_path),
+    assert class_labels.resolve_label_list(
+        tasks.get_processor("tsv", separator), str(tmp_path), str(tmp_path),
         True) == ["x", "sport|news"]
   # A JSON list item holding the separator would be written back as two labels.
   jsonl_dir = tmp_path / "jsonl"
   write(jsonl_dir / "train.jsonl", '{"label": ["a,b"], "text": "t"}\n')
-  assert_usage_error(lambda: classifier_data.resolve_label_list(
-      classifier_data.get_processor("jsonl", ","), str(jsonl_dir), str(jsonl_dir), True),
+  assert_usage_error(lambda: class_labels.resolve_label_list(
+      tasks.get_processor("jsonl", ","), str(jsonl_dir), str(jsonl_dir), True),
                      "'a,b'", "separator")
 
 
 def test_multi_label_only_for_tsv_csv_and_jsonl():
-  for name in classifier_data.PROCESSORS:
+  for name in tasks.PROCESSORS:
     if name in ("tsv", "csv", "jsonl"):
-      assert classifier_data.get_processor(name, ",").label_separator == ","
-      assert classifier_data.get_processor(name).label_separator is None
+      assert tasks.get_processor(name, ",").label_separator == ","
+      assert tasks.get_processor(name).label_separator is None
     else:
-      assert_usage_error(lambda: classifier_data.get_processor(name, ","), "--multi_label",
+      assert_usage_error(lambda: tasks.get_processor(name, ","), "--multi_label",
                          name)
   for separator in ("", " ", "\t"):
-    assert_usage_error(lambda: classifier_data.get_processor("tsv", separator),
+    assert_usage_error(lambda: tasks.get_processor("tsv", separator),
                        "--label_separator")
 
 
@@ -207,7 +212,7 @@ def parse_records(path, max_seq_length, num_labels):
   with tf.Graph().as_default():
     serialized = tf.placeholder(tf.string, [])
     parsed = tf.parse_single_example(
-        serialized, classifier_data.input_feature_spec(max_seq_length, num_labels))
+        serialized, featurizing.input_feature_spec(max_seq_length, num_labels))
     with tf.Session() as sess:
       return [sess.run(parsed, {serialized: record})
               for record in tf.io.tf_record_iterator(path)]
@@ -216,19 +221,19 @@ def parse_records(path, max_seq_length, num_labels):
 def test_multi_hot_label_ids_survive_a_tfrecord_round_trip(tmp_path):
   vocab_file = write(tmp_path / "vocab.txt", "".join(t + "\n" for t in VOCAB))
   label_list = ["x", "y", "z"]
-  examples = [classifier_data.InputExample("g0", "hello world", label=("z", "x")),
-              classifier_data.InputExample("g1", "the cat", label=()),
-              classifier_data.InputExample("g2", "sat", "a1 a2", label=("y",)),
-              classifier_data.InputExample("g3", "a3", label=None),  # a test example
-              classifier_data.InputExample("g4", "cat", label=("x", "y", "z"))]
+  examples = [input_examples.InputExample("g0", "hello world", label=("z", "x")),
+              input_examples.InputExample("g1", "the cat", label=()),
+              input_examples.InputExample("g2", "sat", "a1 a2", label=("y",)),
+              input_examples.InputExample("g3", "a3", label=None),  # a test example
+              input_examples.InputExample("g4", "cat", label=("x", "y", "z"))]
   expected = [[1, 0, 1], [0, 0, 0], [0, 1, 0], [0, 0, 0], [1, 1, 1]]
-  options = classifier_data.FeatureOptions(multi_label=True, label_separator="|")
+  options = input_examples.FeatureOptions(multi_label=True, label_separator="|")
   serial, pooled = str(tmp_path / "serial.tf_record"), str(tmp_path / "pooled.tf_record")
-  assert classifier_data.write_features(examples, label_list, 8, vocab_file, True, serial,
-                                        num_workers=1, options=options) == 5
+  assert featurizing_pool.write_features(examples, label_list, 8, vocab_file, True, serial,
+                                         num_workers=1, options=options) == 5
   # Worker processes get the options too.
-  assert classifier_data.write_features(examples, label_list, 8, vocab_file, True, pooled,
-                                        num_workers=2, pool_threshold=1, options=options) == 5
+  assert featurizing_pool.write_features(examples, label_list, 8, vocab_file, True, pooled,
+                                         num_workers=2, pool_threshold=1, options=options) == 5
   assert list(tf.io.tf_record_iterator(pooled)) == list(tf.io.tf_record_iterator(serial))
   records = parse_records(serial, 8, 3)
   np.testing.assert_array_equal([r["label_ids"] for r in records], expected)
@@ -251,15 +256,15 @@ def test_cache_key_follows_multi_label_and_separator_only(tmp_path):
   def key(options=None):
     args = ("train", [train_file], ["a", "b"], 8, vocab_file, True, "tsv")
     if options is None:
-      return classifier_data.features_cache_key(*args)
-    return classifier_data.features_cache_key(*args, options=options)
+      return feature_cache.features_cache_key(*args)
+    return feature_cache.features_cache_key(*args, options=options)
 
   def sha(data):
     return hashlib.sha256(data).digest()
 
   # A single-label run's key: the settings, the data file, the vocab and tokenization.py,
   # with nothing about labels beyond the list (as before multi-label existed).
-  settings = json.dumps({"format_version": classifier_data.FEATURE_FORMAT_VERSION,
+  settings = json.dumps({"format_version": feature_cache.FEATURE_FORMAT_VERSION,
                          "split": "train", "task_name": "tsv", "max_seq_length": 8,
                          "label_list": ["a", "b"], "do_lower_case": True}, sort_keys=True)
   digest = hashlib.sha256(sha(settings.encode("utf-8")))
@@ -268,13 +273,13 @@ def test_cache_key_follows_multi_label_and_separator_only(tmp_path):
       digest.update(sha(f.read()))
   single = key()
   assert single == digest.hexdigest()
-  Options = classifier_data.FeatureOptions  # pylint: disable=invalid-name
+  Options = input_examples.FeatureOptions  # pylint: disable=invalid-name
   assert key(Options()) == single
   assert key(Options(multi_label=False, label_separator="|")) == single
   multi_comma = key(Options(multi_label=True, label_separator=","))
   multi_bar = key(Options(multi_label=True, label_separator="|"))
   assert len({single, multi_comma, multi_bar}) == 3
-  assert classifier_data.FEATURE_FORMAT_VERSION >= 2
+  assert feature_cache.FEATURE_FORMAT_VERSION >= 2
 
 
 # ---------------------------------------------------------------------------
@@ -549,9 +554,9 @@ def test_thresholds_file_round_trip_by_label_name(tmp_path):
 
 
 def test_predict_outputs_in_label_list_order_with_empty_lines(tmp_path):
-  examples = [classifier_data.InputExample("t0", "first", label=("b",)),
-              classifier_data.InputExample("t1", "second"),
-              classifier_data.InputExample("t2", "third", label=("c", "a"))]
+  examples = [input_examples.InputExample("t0", "first", label=("b",)),
+              input_examples.InputExample("t1", "second"),
+              input_examples.InputExample("t2", "third", label=("c", "a"))]
   probabilities = np.array([[0.7, 0.1, 0.9],    # c before a in probability: a;c
                             [0.2, 0.3, 0.4],    # none reaches its threshold: empty
                             [0.5, 0.6, 0.59]],  # exactly at a's threshold: a;b
@@ -685,7 +690,7 @@ def multi_hot(label_sets_, labels):
 def run_export(version_dir, vocab_file, texts):
   """The serving_default outputs of the SavedModel, loaded with TF's own loader."""
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
-  features = serving.featurize(tokenizer, MAX_SEQ_LENGTH, texts)
+  features = model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, texts)
   with tf.Graph().as_default() as graph, tf.Session(graph=graph) as sess:
     meta_graph = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING],
                                             version_dir)

@@ -23,7 +23,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import tag_labels
+from bert_mgpu.ner import writers
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
 import tokenization
@@ -84,7 +86,7 @@ def test_output_dir_and_export_keep_the_model_files(trained):
   assets = os.path.join(trained["export_dir"], "1", "assets.extra")
   for directory in (trained["output_dir"], assets):
     assert read_json(os.path.join(directory, "model_settings.json")) == settings
-    labels = ner_data.read_label_file(os.path.join(directory, "labels.txt"))
+    labels = tag_labels.read_label_file(os.path.join(directory, "labels.txt"))
     assert labels[0] == "O" and {"B-PER", "I-LOC", "B-ORG"} <= set(labels)
     for name in ("vocab.txt", "bert_config.json"):
       assert os.path.isfile(os.path.join(directory, name))
@@ -137,10 +139,10 @@ def test_export_gives_the_tags_of_do_predict(trained):
   entities; and they are 0 wherever featurizing puts no tag (not a first piece)."""
   assets = os.path.join(trained["export_dir"], "1", "assets.extra")
   tokenizer = tokenization.FullTokenizer(os.path.join(assets, "vocab.txt"), do_lower_case=True)
-  labels = ner_data.read_label_file(os.path.join(assets, "labels.txt"))
+  labels = tag_labels.read_label_file(os.path.join(assets, "labels.txt"))
   sentences = ner_serving.sentences_of_texts(trained["texts"])
-  featurized = ner_data.featurize_sentences(sentences, tokenizer, labels, MAX_SEQ_LENGTH,
-                                            DOC_STRIDE)
+  featurized = featurizing.featurize_sentences(sentences, tokenizer, labels, MAX_SEQ_LENGTH,
+                                               DOC_STRIDE)
   windows = [window for _, windows in featurized for window in windows]
   assert len(windows) > len(sentences)  # the long sentences have several windows
   arrays = {name: np.array([getattr(w, name) for w in windows], np.int32)
@@ -152,10 +154,10 @@ def test_export_gives_the_tags_of_do_predict(trained):
   records, start = [], 0
   scheme = ner_scoring.detect_scheme(labels)
   for sentence, (aligned, sentence_windows) in zip(sentences, featurized):
-    tags = ner_data.tags_from_windows(aligned, sentence_windows,
-                                      tag_ids[start:start + len(sentence_windows)], labels,
-                                      scheme)
-    records.append(ner_data.entity_records(sentence, tags))
+    tags = featurizing.tags_from_windows(aligned, sentence_windows,
+                                         tag_ids[start:start + len(sentence_windows)], labels,
+                                         scheme)
+    records.append(writers.entity_records(sentence, tags))
     start += len(sentence_windows)
   assert json.loads(json.dumps(records)) == trained["expected"]
 

@@ -15,7 +15,7 @@ import tensorflow.compat.v1 as tf
 import cli
 import modeling
 import predict_text
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.serving import model_inputs
 import tokenization
 import trained_classifier
 from trained_classifier import MAX_SEQ_LENGTH, read_lines, write_text
@@ -142,12 +142,12 @@ def test_stdin_with_a_byte_order_mark_names_the_bad_line_and_byte():
 def test_featurize_names_the_first_text_without_tokens(model, texts_a, texts_b, row, field):
   trained, _ = model
   tokenizer = tokenization.FullTokenizer(trained.vocab_file, do_lower_case=True)
-  with pytest.raises(serving.NoTokensError) as raised:
-    serving.featurize(tokenizer, MAX_SEQ_LENGTH, texts_a, texts_b)
+  with pytest.raises(model_inputs.NoTokensError) as raised:
+    model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, texts_a, texts_b)
   assert (raised.value.row, raised.value.field) == (row, field)
   # One-character texts and pairs are fine.
-  serving.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"], ["坏"])
-  serving.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"])
+  model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"], ["坏"])
+  model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"])
 
 
 def copy_model_files(trained, directory):

@@ -16,8 +16,9 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-import create_pretraining_data as cpd
 import modeling
+from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import pipeline
 from bert_mgpu.pretraining import records as pretraining_data
 import run_pretraining_mgpu
 from bert_mgpu.errors import UsageError
@@ -59,11 +60,11 @@ def read_features(path):
 def run_cpd(tmp_path, text, name, **settings):
   """Runs the pipeline in-process on `text`; returns (output path, CorpusStats)."""
   output = str(tmp_path / (name + ".tfrecord"))
-  data_settings = cpd.DataSettings(
+  base_settings = data_settings.DataSettings(
       input_file=write(tmp_path / (name + ".txt"), text), output_file=output,
       vocab_file=vocab_file(tmp_path), max_seq_length=MAX_SEQ_LENGTH,
       max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=3)
-  return output, cpd.create_pretraining_data(data_settings._replace(**settings))
+  return output, pipeline.create_pretraining_data(base_settings._replace(**settings))
 
 
 def unmasked(record):

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import data as classifier_data
+from bert_mgpu.classifier import featurizing_pool
 import cli
 from cli import assert_succeeded, flag_list
 import modeling
@@ -772,7 +772,7 @@ runpy.run_path(script, run_name="__main__")
 def test_featurizing_processes_start_only_for_splits_that_are_not_cached(demo_data, tmp_path):
   # A training file just big enough for the processes; dev and test stay small.
   data_dir = copy_data(demo_data, str(tmp_path / "data"))
-  copies = -(-classifier_data.POOL_THRESHOLD // NUM_TRAIN)
+  copies = -(-featurizing_pool.POOL_THRESHOLD // NUM_TRAIN)
   write_text(os.path.join(data_dir, "train.tsv"), "label\ttext_a\n" + "".join(
       "%s\t%s\n" % row for row in demo_data.train * copies))
   wrapper = str(tmp_path / "count_pools.py")

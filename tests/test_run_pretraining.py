@@ -17,11 +17,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-import create_pretraining_data
 import modeling
 import multigpu
 import numpy_bert
 import optimization
+from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import pipeline
 from bert_mgpu.pretraining import records as pretraining_data
 import run_pretraining_mgpu
 
@@ -92,7 +93,7 @@ def workspace(tmp_path_factory):
     json.dump(config, f)
   data_dir = os.path.join(root, "data")
   os.makedirs(data_dir)
-  create_pretraining_data.create_pretraining_data(create_pretraining_data.DataSettings(
+  pipeline.create_pretraining_data(data_settings.DataSettings(
       input_file=corpus, output_file=os.path.join(data_dir, "train.tfrecord"),
       vocab_file=vocab_file, max_seq_length=MAX_SEQ_LENGTH,
       max_predictions_per_seq=MAX_PREDICTIONS, dupe_factor=5, num_workers=1))

@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 import cli
-import predict_text
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.serving import batching
+from bert_mgpu.serving import http_server
+from bert_mgpu.serving import model_inputs
 import trained_classifier
 
 # The module's server batches requests arriving within this window.
@@ -301,22 +302,22 @@ class StubPredictor(object):
     del texts_b
     arrays = {name: np.ones([len(texts_a), 4], np.int32)
               for name in ("input_ids", "input_mask", "segment_ids")}
-    return serving.Features(arrays, np.zeros([len(texts_a)], np.bool_))
+    return model_inputs.Features(arrays, np.zeros([len(texts_a)], np.bool_))
 
   def predicted_labels(self, probabilities):
     return [self.labels[int(row.argmax())] for row in probabilities]
 
 
 class LocalServer(object):
-  """predict_text's server on 127.0.0.1 in a thread; predictions wait for `gate`."""
+  """http_server's server on 127.0.0.1 in a thread; predictions wait for `gate`."""
 
   def __init__(self):
     self.gate = threading.Event()
     self.gate.set()
-    self.state = predict_text.ServingState(chunk_size=4, max_request_texts=10)
-    self.batcher = serving.MicroBatcher(self._predict, 0, 4)
+    self.state = http_server.ServingState(chunk_size=4, max_request_texts=10)
+    self.batcher = batching.MicroBatcher(self._predict, 0, 4)
     self.state.ready(StubPredictor(), self.batcher)
-    self.server = predict_text.make_server("127.0.0.1", 0, self.state)
+    self.server = http_server.make_server("127.0.0.1", 0, self.state)
     self.address = self.server.server_address[:2]
     self.thread = threading.Thread(target=self.server.serve_forever)
     self.thread.start()
@@ -483,7 +484,7 @@ def test_healthz_says_draining_and_predict_gets_503(local):
 
 
 def test_truncated_texts_are_counted_only_when_answered():
-  state = predict_text.ServingState(chunk_size=4, max_request_texts=10)
+  state = http_server.ServingState(chunk_size=4, max_request_texts=10)
 
   class FailingBatcher(object):
     stats = {}
@@ -507,7 +508,7 @@ def test_micro_batches_stop_before_a_request_that_would_overflow():
   def predict(features):
     sizes.append(len(features.truncated))
     return np.zeros([len(features.truncated), 2], np.float32)
-  batcher = serving.MicroBatcher(predict, window_seconds=1.0, max_batch=4)
+  batcher = batching.MicroBatcher(predict, window_seconds=1.0, max_batch=4)
   try:
     features = StubPredictor().featurize
     threads = []

@@ -20,7 +20,7 @@ from bert_mgpu.data.output_files import atomic_write_text
 # TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
 _LOGGER = logging.getLogger("tensorflow")
 
-# The CLUE tasks of classifier_data, and the CLUE 1.1 leaderboard's name of their file where
+# The CLUE tasks of clue_processors.py, and the CLUE 1.1 leaderboard's name of their file where
 # it is not <task>_predict.json.
 LEADERBOARD_11_NAMES = {
     "tnews": "tnews11", "iflytek": None, "afqmc": None, "cmnli": None, "ocnli": "ocnli_50k",

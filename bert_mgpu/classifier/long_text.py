@@ -44,7 +44,7 @@ def head_tail(tokens, room, head_tokens=None):
 # the text's start, the last ends at its end unless max_windows cut the windows).
 #   tokens: list [windows] of token lists, unpadded: [CLS] a-part [SEP] (b [SEP]).
 #   input_ids, input_mask, segment_ids: lists [windows][max_seq_length] of int,
-#     zero-padded, in classifier_data.convert_single_example's layout.
+#     zero-padded, in featurizing.convert_single_example's layout.
 #   windows_cut: windows dropped by max_windows (0 when all fit).
 #   text_b_cut: tokens cut from text_b's end to leave text_a its minimum room (0: whole).
 DocumentWindows = collections.namedtuple(
@@ -85,7 +85,7 @@ def document_windows(tokens_a, tokens_b, max_seq_length, doc_stride, max_windows
   token is skipped) until one reaches the end of text_a: the last window ends at the
   text's end and none starts beyond what is needed (sequence_windows.sliding_windows,
   SQuAD's rule). A document that fits gives exactly one window, identical to
-  classifier_data.convert_single_example's truncating features (an empty or missing
+  featurizing.convert_single_example's truncating features (an empty or missing
   text_b makes a single-text example there too). At most `max_windows` windows are kept,
   the first ones; the others are counted in `windows_cut`.
 
@@ -160,7 +160,7 @@ def unread_flags(mode):
 
 
 def check_options(options, max_seq_length):
-  """The --long_text settings' checks (classifier_data.FeatureOptions), before anything is
+  """The --long_text settings' checks (input_examples.FeatureOptions), before anything is
   written. Raises UsageError."""
   if options.long_text == "head_tail" and options.head_tokens is not None and not (
       0 <= options.head_tokens <= max_seq_length - 2):

@@ -1,7 +1,7 @@
 # coding=utf-8
 """Users' text files, read strictly: UTF-8 or a one-line error naming the file and line.
 
-Shared by the task data modules (classifier_data.py, squad_data.py). A file in another
+Shared by the task data modules (classifier/file_readers.py, squad_data.py). A file in another
 encoding, a NUL byte, a JSON key given twice or an unpaired surrogate is refused where it
 is, instead of being read silently wrong.
 """
@@ -134,3 +134,67 @@ def parse_json(text):
     RecursionError: nested too deeply for Python's parser.
   """
   return json.loads(text, object_pairs_hook=_unique_keys_object)
+
+
+# Longest value quoted in an error message: the text for repr quotes, the quoted text
+# for JSON quotes (the two callers' limits before they shared this module).
+_MAX_REPR_QUOTED_CHARS = 80
+_MAX_JSON_QUOTED_CHARS = 60
+
+
+def quote_value(value, as_json=False):
+  """A value for an error message, shortened when long.
+
+  Args:
+    value: the value (any JSON value when as_json, else anything str() takes).
+    as_json: False: Python's repr of its text, 'like this' (the classifier's messages);
+      True: JSON-quoted with non-ASCII kept, "like this" (NER's messages), which shows
+      spaces and escapes and quotes non-strings as JSON (null, [0, 5]).
+
+  Returns:
+    str.
+  """
+  if as_json:
+    text = json.dumps(value, ensure_ascii=False)
+    if len(text) > _MAX_JSON_QUOTED_CHARS:
+      text = text[:_MAX_JSON_QUOTED_CHARS] + "..."
+    return text
+  text = value if isinstance(value, str) else str(value)
+  if len(text) > _MAX_REPR_QUOTED_CHARS:
+    text = text[:_MAX_REPR_QUOTED_CHARS] + "..."
+  return repr(text)
+
+
+def numbered_lines(text):
+  """(1-based line number, line) of a text, line ends (\\n or \\r\\n) removed.
+
+  Splits on "\\n" only: str.splitlines() would also split on characters such as U+2028 or
+  U+001C that can occur inside a text, and then the line numbers an editor shows would no
+  longer match.
+  """
+  for index, line in enumerate(text.split("\n")):
+    if line.endswith("\r"):
+      line = line[:-1]
+    yield index + 1, line
+
+
+def text_lines(path, as_json=False):
+  """numbered_lines of a UTF-8 file, refusing a carriage return left inside a line: a file
+  with old Mac (CR-only) line ends would otherwise be one long line.
+
+  Args:
+    path: the file.
+    as_json: how the line is quoted in the error (see quote_value).
+
+  Raises:
+    UsageError: unreadable or not UTF-8 (read_text_file), or a carriage return inside a
+      line.
+  """
+  for line_number, line in numbered_lines(read_text_file(path)):
+    if "\r" in line:
+      raise line_error(
+          path, line_number, "carriage return (\\r) inside the line, at character %d: %s"
+          % (line.index("\r") + 1, quote_value(line, as_json)),
+          "the file has CR (old Mac) line ends or a stray CR; save it with \\n line ends "
+          "and remove CRs from the texts")
+    yield line_number, line

@@ -2,8 +2,8 @@
 """Putting a trained NER model to work: its settings, its SavedModel export, and a
 predictor that finds the entities of raw text lines on every tower.
 
-The machinery is serving.py's (model files, versioned exports, Predictor, MicroBatcher);
-this module adds what token classification needs:
+The machinery is bert_mgpu/serving's (model files, versioned exports, Predictor,
+MicroBatcher); this module adds what token classification needs:
 
   model_settings.json  {"model": "ner", "do_lower_case", "max_seq_length", "doc_stride",
                        "use_crf"} beside vocab.txt, bert_config.json and labels.txt.
@@ -27,15 +27,20 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.training import checkpoints
-from bert_mgpu.ner import data as ner_data
+from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import formats
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import scoring as ner_scoring
-from bert_mgpu.serving import predictor as serving
+from bert_mgpu.ner import writers
+from bert_mgpu.serving import export
+from bert_mgpu.serving import model_files
+from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import predictor
 from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
 
-NER_KINDS = (serving.NER_KIND,)
+NER_KINDS = (model_files.NER_KIND,)
 # predict_text.py takes either kind.
-ANY_KIND = (serving.CLASSIFIER_KIND, serving.NER_KIND)
+ANY_KIND = (model_files.CLASSIFIER_KIND, model_files.NER_KIND)
 
 # The window fields fed to the predictor, by feature name.
 _WINDOW_FIELDS = (("input_ids", "input_ids"), ("input_mask", "input_mask"),
@@ -48,13 +53,13 @@ _NOT_TOKEN_PIECES = ("[CLS]", "[SEP]", "[PAD]")
 def ner_settings(do_lower_case, max_seq_length, doc_stride, use_crf):
   """The model_settings.json content of an NER model."""
   return collections.OrderedDict([
-      ("model", serving.NER_KIND), ("do_lower_case", bool(do_lower_case)),
+      ("model", model_files.NER_KIND), ("do_lower_case", bool(do_lower_case)),
       ("max_seq_length", int(max_seq_length)), ("doc_stride", int(doc_stride)),
       ("use_crf", bool(use_crf))])
 
 
 def create_model_fn(model, pad_outputs=True):
-  """ner_model's model_fn for a serving.LoadedModel of an NER model.
+  """ner_model's model_fn for a predictor.LoadedModel of an NER model.
 
   Args:
     pad_outputs: pad per-piece outputs back to max_seq_length (so that batches of any
@@ -81,7 +86,7 @@ def first_piece_table(vocab, vocab_size):
 
 def signature_outputs(model, inputs):
   """Builds the NER serving graph on `inputs`; returns tag_ids and probabilities."""
-  features = serving.checked_features(inputs, model.bert_config)
+  features = model_inputs.checked_features(inputs, model.bert_config)
   table = tf.constant(first_piece_table(model.tokenizer.vocab, model.bert_config.vocab_size))
   features["tag_mask"] = tf.gather(table, features["input_ids"]) * features["input_mask"]
   outputs = create_model_fn(model, pad_outputs=False)(features, False)
@@ -101,13 +106,13 @@ def export_output_dir(output_dir, export_base):
     UsageError: output_dir is not a complete NER model (a classifier's, say), or the
       export cannot be written.
   """
-  files = serving.find_model_files(
+  files = model_files.find_model_files(
       output_dir, "train it with this version of run_ner_mgpu.py --do_train, which saves "
       "them there.", NER_KINDS)
   checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None, best_subdir="best")
-  model = serving.load_model(files, checkpoint, checkpoint)
-  path = serving.export_saved_model(export_base, files, checkpoint,
-                                    lambda inputs: signature_outputs(model, inputs))
+  model = predictor.load_model(files, checkpoint, checkpoint)
+  path = export.export_saved_model(export_base, files, checkpoint,
+                                   lambda inputs: signature_outputs(model, inputs))
   return path, checkpoint, why
 
 
@@ -117,7 +122,7 @@ def export_output_dir(output_dir, export_base):
 
 def sentences_of_texts(texts):
   """NerSentences of raw text lines: one token per character (CLUENER's rule)."""
-  return [ner_data.NerSentence(list(text), None, text, list(range(len(text))))
+  return [formats.NerSentence(list(text), None, text, list(range(len(text))))
           for text in texts]
 
 
@@ -125,23 +130,23 @@ NerFeatures = collections.namedtuple("NerFeatures", ["features", "sentences", "f
 NerFeatures.__doc__ = """The windows of some texts and what turns their predictions back.
 
 Fields:
-  features: serving.Features of every window, in text order (what the predictor runs).
+  features: model_inputs.Features of every window, in text order (what the predictor runs).
   sentences: list of NerSentence, one per text.
-  featurized: per text, (SentencePieces, list of NerWindow) (ner_data.featurize_sentences).
+  featurized: per text, (SentencePieces, list of NerWindow) (featurizing.featurize_sentences).
 """
 
 
 class NerPredictor(object):
   """An NER model on every tower: raw texts in, predict_entities.jsonl records out.
 
-  featurize() and predict() are split as for serving.Predictor, so that MicroBatcher runs
+  featurize() and predict() are split as for predictor.Predictor, so that MicroBatcher runs
   the windows of concurrent requests together; entities() reads the records off.
   """
 
-  kind = serving.NER_KIND
+  kind = model_files.NER_KIND
 
   def __init__(self, model, devices, batch_size_per_tower):
-    """Args: model: serving.LoadedModel of an NER model; devices: a checked
+    """Args: model: predictor.LoadedModel of an NER model; devices: a checked
     run_settings.DeviceSettings; batch_size_per_tower: windows per tower per step."""
     settings = model.files.settings
     self.model = model
@@ -149,20 +154,20 @@ class NerPredictor(object):
     self.max_seq_length = settings["max_seq_length"]
     self.doc_stride = settings["doc_stride"]
     self.scheme = ner_scoring.detect_scheme(self.labels)
-    self._predictor = serving.Predictor(
+    self._predictor = predictor.Predictor(
         model, create_model_fn(model), devices, batch_size_per_tower,
         input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")
 
   def featurize(self, texts):
     """NerFeatures of raw texts (each line one sentence, each character one token)."""
     sentences = sentences_of_texts(texts)
-    featurized = ner_data.featurize_sentences(sentences, self.model.tokenizer, self.labels,
-                                              self.max_seq_length, self.doc_stride)
+    featurized = featurizing.featurize_sentences(sentences, self.model.tokenizer, self.labels,
+                                                 self.max_seq_length, self.doc_stride)
     windows = [window for _, windows in featurized for window in windows]
     arrays = {name: np.array([getattr(w, field) for w in windows],
                              np.int32).reshape([len(windows), self.max_seq_length])
               for name, field in _WINDOW_FIELDS}
-    return NerFeatures(serving.Features(arrays, np.zeros([len(windows)], np.bool_)),
+    return NerFeatures(model_inputs.Features(arrays, np.zeros([len(windows)], np.bool_)),
                        sentences, featurized)
 
   def predict(self, features):
@@ -175,10 +180,10 @@ class NerPredictor(object):
     """predict_entities.jsonl records of the texts, from their windows' tag ids."""
     records, start = [], 0
     for sentence, (aligned, windows) in zip(ner_features.sentences, ner_features.featurized):
-      tags = ner_data.tags_from_windows(aligned, windows,
-                                        window_tag_ids[start:start + len(windows)],
-                                        self.labels, self.scheme)
-      records.append(ner_data.entity_records(sentence, tags))
+      tags = featurizing.tags_from_windows(aligned, windows,
+                                           window_tag_ids[start:start + len(windows)],
+                                           self.labels, self.scheme)
+      records.append(writers.entity_records(sentence, tags))
       start += len(windows)
     return records
 

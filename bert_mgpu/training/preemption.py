@@ -1,48 +1,37 @@
 # coding=utf-8
 """Preemption: SIGTERM and Ctrl-C stop training at the next step boundary, after a save.
 
-StopSignals catches the signals while training runs; preempted() is the error the run
-then ends with (exit 128 + the signal, through command_line.run_main).
+StopSignals catches the signals while training runs (the scheme of bert_mgpu/signals.py);
+preempted() is the error the run then ends with (exit 128 + the signal, through
+command_line.run_main).
 """
 
 import signal
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu import signals
 from bert_mgpu.errors import Preempted, signal_name
 
 
-class StopSignals(object):
+class StopSignals(signals.SignalCatcher):
   """Catches SIGTERM and the first SIGINT while training; the loop polls `signum`.
 
-  A second Ctrl-C interrupts at once (KeyboardInterrupt), for a user who will not wait.
+  A second Ctrl-C interrupts at once (KeyboardInterrupt), for a user who will not wait; a
+  later SIGTERM is kept in `signum` and logged like the first.
   Only the main thread can install handlers; elsewhere this does nothing.
   """
 
-  def __init__(self):
-    self.signum = None
-    self._previous = {}
-
-  def _handle(self, signum, unused_frame):
-    if self.signum is not None and signum == signal.SIGINT:
-      raise KeyboardInterrupt
-    self.signum = signum
+  def on_first_signal(self, signum):
     tf.logging.warning("Received %s: stopping after the current step (and evaluation, if one "
                        "is running) and saving a checkpoint%s.", signal_name(signum),
                        " (Ctrl-C again to stop at once)" if signum == signal.SIGINT else "")
 
-  def __enter__(self):
-    try:
-      for signum in (signal.SIGTERM, signal.SIGINT):
-        self._previous[signum] = signal.signal(signum, self._handle)
-    except ValueError:  # not the main thread
-      pass
-    return self
-
-  def __exit__(self, *unused_exc):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
-    self._previous = {}
+  def on_later_signal(self, signum):
+    if signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.signum = signum
+    self.on_first_signal(signum)
 
 
 def preempted(config, signum, step, last_path, finished):

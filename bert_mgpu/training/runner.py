@@ -21,6 +21,7 @@ import modeling
 import multigpu
 from bert_mgpu.data import output_files
 from bert_mgpu.training import phases
+from bert_mgpu import progress
 from bert_mgpu.training import preemption
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import TrainingDiverged, UsageError, write_error
@@ -486,36 +487,33 @@ class _SummaryWriter(object):
         raise write_error(self.path, e)
 
 
-def _format_eta(seconds):
-  seconds = int(max(0, seconds))
-  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
-
-
 class _Progress(object):
   """The progress line and TensorBoard scalars, every config.log_steps steps."""
 
   def __init__(self, config, writer):
     self.config = config
     self.writer = writer  # None on a worker that is not the chief
+    self.timing = progress.Progress(config.num_train_steps)
     self.restart()
 
   def restart(self):
     """Starts a new timing window (saving and evaluating are not training speed)."""
-    self.start, self.steps, self.loss = time.time(), 0, 0.0
+    self.timing.restart()
+    self.steps, self.loss = 0, 0.0
 
   def add(self, step, result):
     self.steps += 1
     self.loss += result["loss"]
     if step % self.config.log_steps and step != self.config.num_train_steps:
       return
-    elapsed = max(time.time() - self.start, 1e-9)
-    examples_per_sec = self.steps * self.config.global_batch_size / elapsed
+    steps_per_sec = self.timing.rate(self.steps)
+    examples_per_sec = steps_per_sec * self.config.global_batch_size
     mean_loss = self.loss / self.steps
     tf.logging.info(
         "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  examples/sec %.1f  ETA %s", step,
         self.config.num_train_steps, mean_loss, result["lr"], result["global_norm"],
         examples_per_sec,
-        _format_eta(elapsed / self.steps * (self.config.num_train_steps - step)))
+        progress.format_duration((self.config.num_train_steps - step) / steps_per_sec))
     if self.writer is not None:
       self.writer.scalars(step, {
           "loss": mean_loss, "learning_rate": result["lr"],

@@ -1,0 +1,252 @@
+# coding=utf-8
+"""SavedModel export: versioned export directories, the serving signature of a classifier,
+and the export of any kind of model with its model files in assets.extra/ (docs/SERVING.md).
+"""
+
+import collections
+import os
+import re
+import shutil
+import time
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.classifier import multi_label
+from bert_mgpu.errors import UsageError, write_error
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.serving import model_files
+from bert_mgpu.serving import model_inputs
+
+# Files the model graph does not read go here; TF Serving and Triton ignore the directory.
+EXPORT_ASSETS_DIR = "assets.extra"
+
+
+# ---------------------------------------------------------------------------
+# Versioned export directories: which one to load
+# ---------------------------------------------------------------------------
+
+def _version_numbers(export_base):
+  """The numbers of the numbered directories under `export_base`, ascending (complete or not)."""
+  if not os.path.isdir(export_base):
+    return []
+  return sorted(int(name) for name in os.listdir(export_base)
+                if name.isdigit() and os.path.isdir(os.path.join(export_base, name)))
+
+
+def _is_complete_version(version_dir):
+  return os.path.isfile(os.path.join(version_dir, "saved_model.pb"))
+
+
+def newest_version_dir(export_dir):
+  """`export_dir` itself when it is a version directory, else its highest complete one.
+
+  A numbered directory without saved_model.pb (left by a crash) is skipped with a warning.
+
+  Raises:
+    UsageError: neither.
+  """
+  if _is_complete_version(export_dir):
+    return export_dir
+  for version in reversed(_version_numbers(export_dir)):
+    version_dir = os.path.join(export_dir, str(version))
+    if _is_complete_version(version_dir):
+      return version_dir
+    tf.logging.warning("Skipping %s: it holds no saved_model.pb (left by a crashed export?).",
+                       version_dir)
+  raise UsageError("--export_dir=%s holds no SavedModel (no saved_model.pb, in it or in a "
+                   "numbered version directory): export one with run_classifier_mgpu.py "
+                   "--export_dir=%s --output_dir=<trained model>." % (export_dir, export_dir))
+
+
+def checkpoint_of_export(version_dir):
+  """The weights of a SavedModel version directory (its variables/ is a checkpoint)."""
+  return os.path.join(version_dir, "variables", "variables")
+
+
+# ---------------------------------------------------------------------------
+# Writing an export
+# ---------------------------------------------------------------------------
+
+
+def _signature_outputs(model_fn, inputs, bert_config, files):
+  """Builds the serving graph on `inputs`; returns the signature's output tensors."""
+  features = model_inputs.checked_features(inputs, bert_config)
+  probabilities = model_fn(features, False)["probabilities"]  # [batch, num_labels]
+  labels = files.labels
+  if files.thresholds is not None:
+    return _multi_label_outputs(probabilities, labels, files.thresholds,
+                                files.settings["label_separator"])
+  label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)  # [batch]
+  return collections.OrderedDict([
+      ("probabilities", tf.identity(probabilities, name="probabilities")),
+      ("label_id", tf.identity(label_id, name="label_id")),
+      ("label", tf.gather(tf.constant(labels), label_id, name="label")),  # [batch] strings
+  ])
+
+
+def _multi_label_outputs(probabilities, labels, thresholds, separator):
+  """probabilities [batch, labels], predicted [batch, labels] int32 (1: the label reaches its
+  threshold), and label [batch]: the predicted labels joined by the separator."""
+  chosen = probabilities >= tf.constant(thresholds, tf.float32)  # [batch, labels]
+  # Each chosen label preceded by the separator, joined, then the first separator cut.
+  pieces = tf.where(chosen, tf.broadcast_to(tf.constant([separator + l for l in labels]),
+                                            tf.shape(chosen)),
+                    tf.fill(tf.shape(chosen), ""))
+  joined = tf.strings.reduce_join(pieces, axis=-1)  # [batch]
+  label = tf.strings.regex_replace(joined, "^" + re.escape(separator), "",
+                                   replace_global=False)
+  return collections.OrderedDict([
+      ("probabilities", tf.identity(probabilities, name="probabilities")),
+      ("predicted", tf.cast(chosen, tf.int32, name="predicted")),
+      ("label", tf.identity(label, name="label")),
+  ])
+
+
+def _write_saved_model(path, graph, checkpoint, inputs, outputs):
+  """Restores `checkpoint` into `graph` and saves it as a SavedModel at `path`."""
+  with tf.Session(graph=graph) as sess:
+    tf.train.Saver(tf.global_variables()).restore(sess, checkpoint)
+    builder = tf.saved_model.builder.SavedModelBuilder(path)
+    signature = tf.saved_model.signature_def_utils.predict_signature_def(
+        inputs=inputs, outputs=outputs)
+    builder.add_meta_graph_and_variables(
+        sess, [tf.saved_model.tag_constants.SERVING],
+        signature_def_map={
+            tf.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY: signature},
+        strip_default_attrs=True)
+    builder.save()
+
+
+_TEMP_PREFIX = ".tmp-export-"
+
+# An empty numbered directory older than this is a crash's leftover, not a claim in progress
+# (an export renames its temp directory onto its claim microseconds after the mkdir).
+_STALE_CLAIM_SECONDS = 60
+
+
+def _pid_alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # another user's process
+  return True
+
+
+def remove_export_leftovers(export_base):
+  """Removes what crashed exports left in `export_base`.
+
+  That is: `.tmp-export-<pid>` directories of processes no longer running (or of this one),
+  and empty numbered directories older than _STALE_CLAIM_SECONDS (a crash between claiming
+  the number and the rename), which TF Serving would otherwise try to load.
+  """
+  for name in os.listdir(export_base):
+    path = os.path.join(export_base, name)
+    if name.startswith(_TEMP_PREFIX) and name[len(_TEMP_PREFIX):].isdigit():
+      pid = int(name[len(_TEMP_PREFIX):])
+      if pid == os.getpid() or not _pid_alive(pid):
+        tf.logging.info("Removing %s, left by a crashed export.", path)
+        shutil.rmtree(path, ignore_errors=True)  # another export may be removing it too
+    elif (name.isdigit() and os.path.isdir(path) and not os.listdir(path) and
+          time.time() - os.path.getmtime(path) > _STALE_CLAIM_SECONDS):
+      tf.logging.warning("Removing the empty version directory %s, left by a crashed export.",
+                         path)
+      try:
+        os.rmdir(path)
+      except OSError:
+        pass  # filled or removed meanwhile by another export
+
+
+def _claim_version_dir(export_base, temp_dir):
+  """Renames `temp_dir` to the next free version number under `export_base`; returns it.
+
+  The number follows every numbered directory, complete or not, so that a number TF Serving
+  may have seen is never reused.
+  """
+  version = (_version_numbers(export_base) or [0])[-1] + 1
+  while True:
+    target = os.path.join(export_base, str(version))
+    try:
+      # os.rename replaces an empty directory silently: claim the name with mkdir first.
+      os.mkdir(target)
+    except FileExistsError:
+      version += 1
+      continue
+    os.rename(temp_dir, target)
+    return target
+
+
+def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
+  """Writes a SavedModel of the classifier into the next version directory of export_base.
+
+  The serving_default signature takes input_ids, input_mask and segment_ids, int32
+  [batch, seq] with both dimensions dynamic, and returns probabilities [batch, num_labels],
+  label_id [batch] and label [batch] (the label name); a multi-label classifier's returns
+  probabilities, predicted [batch, num_labels] int32 and label [batch] (its predicted labels
+  joined by its separator). assets.extra/ gets the model files (and thresholds.json).
+  The export is assembled in a temp directory and renamed, so a crash leaves no half export.
+
+  Args:
+    export_base: the --export_dir (created if missing).
+    files: model_files.ModelFiles of the trained model.
+    checkpoint: the weights to export.
+    model_fn: run_classifier_mgpu.create_model_fn(bert_config, num_labels).
+    bert_config: the model's BertConfig.
+
+  Returns:
+    The version directory written.
+
+  Raises:
+    UsageError: the checkpoint does not match the model, or export_base cannot be written.
+  """
+  return export_saved_model(
+      export_base, files, checkpoint,
+      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files))
+
+
+def export_saved_model(export_base, files, checkpoint, build_outputs):
+  """Writes a SavedModel into the next version directory of export_base (any kind).
+
+  Args:
+    export_base: the --export_dir (created if missing).
+    files: model_files.ModelFiles of the trained model; they go into assets.extra/.
+    checkpoint: the weights to export.
+    build_outputs: builds the model on the dict of int32 [batch, seq] placeholders
+      input_ids, input_mask and segment_ids; returns the signature's outputs (a dict).
+
+  Returns:
+    The version directory written.
+
+  Raises:
+    UsageError: the checkpoint does not match the model, or export_base cannot be written.
+  """
+  graph = tf.Graph()
+  with graph.as_default():
+    inputs = model_inputs.serving_inputs(windowed=model_inputs.is_windowed(files.settings))
+    outputs = build_outputs(inputs)
+    model_files.check_checkpoint_variables(checkpoint, files.labels_file,
+                                           files.settings["model"])
+  try:
+    os.makedirs(export_base, exist_ok=True)
+  except OSError as e:
+    raise write_error(export_base, e)
+  temp_dir = os.path.join(export_base, "%s%d" % (_TEMP_PREFIX, os.getpid()))
+  try:
+    remove_export_leftovers(export_base)
+    _write_saved_model(temp_dir, graph, checkpoint, inputs, outputs)
+    assets = os.path.join(temp_dir, EXPORT_ASSETS_DIR)
+    os.mkdir(assets)
+    model_files.save_model_files(assets, files.vocab_file, files.bert_config_file,
+                                 files.settings)
+    atomic_write_text(os.path.join(assets, model_files.LABELS_FILE),
+                      model_files.read_utf8(files.labels_file))
+    if files.thresholds is not None:
+      multi_label.write_thresholds(assets, files.labels, files.thresholds,
+                                   "the thresholds of the exported model")
+    return _claim_version_dir(export_base, temp_dir)
+  except (OSError, tf.errors.OpError) as e:
+    raise write_error(export_base, e)
+  finally:
+    if os.path.exists(temp_dir):
+      tf.gfile.DeleteRecursively(temp_dir)

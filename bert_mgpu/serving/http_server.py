@@ -1,0 +1,417 @@
+# coding=utf-8
+"""The HTTP endpoint of predict_text.py --serve (docs/SERVING.md): JSON in and out, requests
+micro-batched, a drain on SIGTERM.
+
+  POST /predict  {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities", "truncated"}
+                 (NER: {"texts": [...]} -> {"entities": [[...], ...]})
+  GET  /labels   {"labels": [...]}
+  GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
+                 503 {"status": "draining"} after SIGTERM
+"""
+
+import http.server
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.errors import UsageError
+from bert_mgpu.serving import batching
+from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import predictor as serving_predictor
+
+# Largest POST body accepted, in bytes.
+MAX_REQUEST_BYTES = 16 << 20
+
+
+# ---------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------
+
+class BadRequest(Exception):
+  """A request the server answers with 400 and {"error": message}."""
+
+
+class TooManyTexts(Exception):
+  """A request the server answers with 413 and {"error": message}."""
+
+
+def _text_list(request, key):
+  texts = request.get(key)
+  if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+    raise BadRequest('"%s" must be a list of strings' % key)
+  for index, text in enumerate(texts):
+    if not text.strip():
+      raise BadRequest('%s[%d] is empty: send a text' % (key, index))
+  return texts
+
+
+def parse_request(body, max_texts):
+  """The texts of a POST /predict body: (texts, texts_b or None).
+
+  Raises:
+    BadRequest: not the JSON we take.
+    TooManyTexts: more than `max_texts` texts.
+  """
+  try:
+    request = json.loads(body.decode("utf-8"))
+  except (UnicodeDecodeError, ValueError) as e:
+    raise BadRequest("the body is not JSON in UTF-8 (%s)" % e)
+  except RecursionError:
+    raise BadRequest("the JSON is nested too deeply")
+  if not isinstance(request, dict) or "texts" not in request:
+    raise BadRequest('send a JSON object with "texts": a list of strings (and "texts_b" for '
+                     'pairs)')
+  if isinstance(request["texts"], list) and len(request["texts"]) > max_texts:
+    raise TooManyTexts("the request has %d texts; send at most %d per request "
+                       "(--max_request_texts)" % (len(request["texts"]), max_texts))
+  texts = _text_list(request, "texts")
+  if "texts_b" not in request:
+    return texts, None
+  texts_b = _text_list(request, "texts_b")
+  if len(texts_b) != len(texts):
+    raise BadRequest('"texts_b" has %d texts but "texts" has %d: send one text_b per text' %
+                     (len(texts_b), len(texts)))
+  return texts, texts_b
+
+
+class ServingState(object):
+  """What the request threads share: the predictor and batcher once loaded, the requests
+  being answered (which a drain waits for), and counters."""
+
+  def __init__(self, chunk_size, max_request_texts):
+    """Args: chunk_size: texts featurized and queued at a time; max_request_texts."""
+    self.predictor = None
+    self.batcher = None
+    self.chunk_size = chunk_size
+    self.max_request_texts = max_request_texts
+    self.truncated = 0
+    self.requests = 0  # POST /predict answered with probabilities
+    self.draining = False
+    self._active = 0  # requests past parsing whose reply is not written yet
+    self._idle = threading.Condition()
+
+  def ready(self, predictor, batcher):
+    self.batcher = batcher
+    self.predictor = predictor
+
+  def health(self):
+    if self.draining:
+      return 503, {"status": "draining"}
+    if self.predictor is None:
+      return 503, {"status": "loading"}
+    return 200, dict(self.batcher.stats, status="ready", requests=self.requests,
+                     truncated=self.truncated)
+
+  def begin(self):
+    """Counts a request the drain must wait for; False when draining (refuse it)."""
+    with self._idle:
+      if self.draining:
+        return False
+      self._active += 1
+      return True
+
+  def end(self):
+    with self._idle:
+      self._active -= 1
+      self._idle.notify_all()
+
+  def drain(self, timeout):
+    """Refuses new requests, then waits up to `timeout` s for those begun; returns how many
+    are still unanswered."""
+    deadline = time.time() + timeout
+    with self._idle:
+      self.draining = True
+      while self._active and time.time() < deadline:
+        self._idle.wait(min(0.2, max(0.0, deadline - time.time())))
+      return self._active
+
+  def predict(self, texts, texts_b):
+    """The reply to a POST /predict of parsed texts.
+
+    Texts are featurized and queued `chunk_size` at a time, so a large request holds the
+    arrays of one chunk only and other requests' batches run between its chunks.
+
+    Raises:
+      BadRequest: a text has no tokens (a classifier), or "texts_b" sent to an NER model.
+    """
+    if serving_predictor.is_ner(self.predictor):
+      return self._predict_entities(texts, texts_b)
+    probabilities, truncated = [], 0
+    for start in range(0, len(texts), self.chunk_size):
+      chunk_b = texts_b[start:start + self.chunk_size] if texts_b is not None else None
+      try:
+        features = self.predictor.featurize(texts[start:start + self.chunk_size], chunk_b)
+      except model_inputs.NoTokensError as e:
+        raise BadRequest("%s[%d] has no tokens (only spaces, control or invisible "
+                         "characters): send a text" %
+                         ("texts" if e.field == "a" else "texts_b", start + e.row))
+      truncated += int(features.truncated.sum())
+      probabilities.extend(self.batcher.predict(features))
+    with self._idle:  # counted once answered, as /healthz promises
+      self.truncated += truncated
+      self.requests += 1
+    return {"labels": self.predictor.predicted_labels(probabilities),
+            "probabilities": [[float(p) for p in row] for row in probabilities],
+            "truncated": truncated}
+
+  def _predict_entities(self, texts, texts_b):
+    """The reply of an NER model: {"entities": [[entity, ...] per text]}, chunk by chunk."""
+    if texts_b is not None:
+      raise BadRequest('this is an NER model: send "texts" only (no "texts_b")')
+    entities = []
+    for start in range(0, len(texts), self.chunk_size):
+      features = self.predictor.featurize(texts[start:start + self.chunk_size])
+      tag_ids = self.batcher.predict(features.features)
+      entities.extend(r["entities"] for r in self.predictor.entities(features, tag_ids))
+    with self._idle:
+      self.requests += 1
+    return {"entities": entities}
+
+
+# ---------------------------------------------------------------------------
+# The server
+# ---------------------------------------------------------------------------
+
+# Seconds a client may take for each read of its request (and an idle keep-alive connection
+# stays open); short, since a stalled client holds a thread.
+READ_TIMEOUT_SECONDS = 10
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+  """GET /healthz, GET /labels, POST /predict; JSON in and out, HTTP/1.1 with keep-alive."""
+
+  state = None  # the ServingState, set on a subclass by make_server()
+  timeout = READ_TIMEOUT_SECONDS
+  protocol_version = "HTTP/1.1"  # also answers `Expect: 100-continue`
+
+  def _reply(self, code, value, close=False):
+    """Sends a JSON reply; `close` ends the connection after it (a body left unread)."""
+    body = json.dumps(value, ensure_ascii=False).encode("utf-8")
+    if close:
+      self.close_connection = True
+    try:
+      self.send_response(code)
+      self.send_header("Content-Type", "application/json; charset=utf-8")
+      self.send_header("Content-Length", str(len(body)))
+      if self.close_connection:
+        self.send_header("Connection", "close")
+      self.end_headers()
+      self.wfile.write(body)
+    except (BrokenPipeError, ConnectionResetError) as e:
+      # The client went away (its own timeout, Ctrl-C): nothing failed here.
+      self.close_connection = True
+      tf.logging.debug("%s left before the %d reply (%s)", self.address_string(), code, e)
+
+  def do_GET(self):  # pylint: disable=invalid-name
+    if self.path == "/healthz":
+      self._reply(*self.state.health())
+    elif self.path == "/labels":
+      if self.state.predictor is None:
+        self._reply(503, {"error": "the model is still loading"})
+      else:
+        self._reply(200, {"labels": self.state.predictor.labels})
+    else:
+      self._reply(404, {"error": "no such path: use POST /predict, GET /labels or /healthz"})
+
+  def _read_body(self):
+    """The request body, or None after replying with an error (the connection then closes,
+    since the body was not read)."""
+    if self.path != "/predict":
+      self._reply(404, {"error": "no such path: use POST /predict"}, close=True)
+    elif self.state.draining:
+      self._reply(503, {"error": "the server is shutting down"}, close=True)
+    elif self.state.predictor is None:
+      self._reply(503, {"error": "the model is still loading; retry when /healthz says 200"},
+                  close=True)
+    else:
+      try:
+        length = int(self.headers.get("Content-Length", ""))
+      except ValueError:
+        self._reply(411, {"error": "send a Content-Length header"}, close=True)
+        return None
+      if length < 0:
+        self._reply(400, {"error": "Content-Length is %d: send the body's length in bytes" %
+                                   length}, close=True)
+      elif length > MAX_REQUEST_BYTES:
+        self._reply(413, {"error": "the body has %d bytes; send at most %d per request" %
+                                   (length, MAX_REQUEST_BYTES)}, close=True)
+      else:
+        body = self.rfile.read(length)
+        if len(body) == length:
+          return body
+        self.close_connection = True  # the client closed early: nobody to answer
+    return None
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    body = self._read_body()
+    if body is None:
+      return
+    try:
+      texts, texts_b = parse_request(body, self.state.max_request_texts)
+    except BadRequest as e:
+      self._reply(400, {"error": str(e)})
+      return
+    except TooManyTexts as e:
+      self._reply(413, {"error": str(e)})
+      return
+    if not self.state.begin():
+      self._reply(503, {"error": "the server is shutting down"}, close=True)
+      return
+    try:
+      try:
+        reply = self.state.predict(texts, texts_b)
+      except BadRequest as e:
+        self._reply(400, {"error": str(e)})
+        return
+      except Exception as e:  # pylint: disable=broad-except
+        tf.logging.error("POST /predict failed: %s", e)
+        self._reply(500, {"error": "prediction failed: %s" % e})
+        return
+      self._reply(200, reply)
+    finally:
+      self.state.end()
+
+  def log_message(self, format_string, *args):  # pylint: disable=arguments-differ
+    tf.logging.debug("%s %s", self.address_string(), format_string % args)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+  """One daemon thread per connection, tracked here and forgotten when it ends.
+
+  Daemon threads, so a stalled client cannot hold the process at exit (the drain waits for
+  the requests being answered through ServingState instead); our own bookkeeping, since
+  Python 3.7's ThreadingMixIn keeps every non-daemon thread object forever (bpo-37193).
+  """
+
+  daemon_threads = True
+  block_on_close = False
+
+  def __init__(self, *args, **kwargs):
+    self._connections = set()
+    self._connections_lock = threading.Lock()
+    http.server.ThreadingHTTPServer.__init__(self, *args, **kwargs)
+
+  def process_request(self, request, client_address):
+    thread = threading.Thread(target=self._serve_connection, args=(request, client_address))
+    thread.daemon = True
+    with self._connections_lock:
+      self._connections.add(thread)
+    thread.start()
+
+  def _serve_connection(self, request, client_address):
+    try:
+      self.process_request_thread(request, client_address)
+    finally:
+      with self._connections_lock:
+        self._connections.discard(threading.current_thread())
+
+  def open_connections(self):
+    """How many connections have a thread now."""
+    with self._connections_lock:
+      return len(self._connections)
+
+  def handle_error(self, request, client_address):
+    if isinstance(sys.exc_info()[1], ConnectionError):
+      tf.logging.debug("%s: connection lost (%s)", client_address[0], sys.exc_info()[1])
+    else:
+      http.server.ThreadingHTTPServer.handle_error(self, request, client_address)
+
+
+def make_server(host, port, state):
+  """A bound, not yet serving, HTTP server. Raises UsageError when the port is taken."""
+  handler = type("Handler", (_Handler,), {"state": state})
+  try:
+    return _Server((host, port), handler)
+  except OSError as e:
+    raise UsageError("--host=%s --serve=%d: cannot listen there (%s); choose another port "
+                     "(0: any free one)." % (host, port, e.strerror or e))
+
+
+# ---------------------------------------------------------------------------
+# Signals: this command's own handler, kept as it was until bert_mgpu/signals.py takes over
+# ---------------------------------------------------------------------------
+
+def _stop_on_signals(stop):
+  """The first SIGTERM or Ctrl-C sets `stop` (the main thread then drains); a second one
+  exits at once."""
+  def handle(signum, unused_frame):
+    name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+    if stop.is_set():
+      sys.stderr.write("Received a second %s: exiting without draining.\n" % name)
+      sys.stderr.flush()
+      os._exit(128 + signum)  # pylint: disable=protected-access
+    tf.logging.info("Received %s: draining the requests in flight, then exiting (again to "
+                    "exit at once).", name)
+    stop.set()
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, handle)
+
+
+# ---------------------------------------------------------------------------
+# Serving until SIGTERM, then draining
+# ---------------------------------------------------------------------------
+
+def serve(host, port, load_predictor, batch_window_seconds, max_batch, max_request_texts,
+          drain_seconds):
+  """--serve: answers HTTP until SIGTERM or Ctrl-C, then drains and returns.
+
+  Args:
+    host, port: where to listen (port 0: any free one; the log names it).
+    load_predictor: returns the loaded predictor (a classifier's Predictor, an NerPredictor);
+      called once listening, so that /healthz says 503 meanwhile. Raises UsageError.
+    batch_window_seconds, max_batch: the batching.MicroBatcher's (a larger request runs in
+      chunks of max_batch texts).
+    max_request_texts: more texts in a request get 413.
+    drain_seconds: after SIGTERM, the most to wait for the requests being answered.
+
+  Raises:
+    UsageError: the port is taken, or the model does not load.
+  """
+  state = ServingState(max_batch, max_request_texts)
+  stop = threading.Event()
+  _stop_on_signals(stop)
+  server = make_server(host, port, state)
+  host, port = server.server_address[:2]
+  # Listening before the model loads, so /healthz can say 503 meanwhile.
+  thread = threading.Thread(target=server.serve_forever, name="http")
+  thread.daemon = True
+  thread.start()
+  sys.stderr.write("Serving on http://%s:%d (POST /predict, GET /labels, GET /healthz)\n" %
+                   (host, port))
+  sys.stderr.flush()
+  predictor = batcher = None
+  try:
+    predictor = load_predictor()
+    batcher = batching.MicroBatcher(predictor.predict, batch_window_seconds, max_batch)
+    state.ready(predictor, batcher)
+    tf.logging.info("Ready: the model answers on http://%s:%d", host, port)
+    while not stop.wait(0.2):
+      pass
+  finally:
+    _shut_down(server, state, predictor, batcher, drain_seconds)
+
+
+def _shut_down(server, state, predictor, batcher, drain_seconds):
+  """Drains within --drain_seconds, then stops listening and closes the model."""
+  deadline = time.time() + drain_seconds
+  # Still accepting while draining, so new requests get a quick 503 rather than a hang.
+  unanswered = state.drain(drain_seconds)
+  server.shutdown()
+  server.server_close()
+  if unanswered:
+    tf.logging.warning("Gave up after --drain_seconds=%d with %d request(s) unanswered.",
+                       drain_seconds, unanswered)
+  if batcher is not None:
+    if not batcher.stop(max(0.0, deadline - time.time())):
+      return  # the batcher thread still runs the model: the session ends with the process
+    tf.logging.info("Stopped after %d request(s) (%d text(s)) in %d batch(es).",
+                    state.requests, batcher.stats["texts"], batcher.stats["batches"])
+    model_inputs.log_truncated(state.truncated, batcher.stats["texts"],
+                               predictor.max_seq_length)
+  if predictor is not None:
+    predictor.close()
