@@ -101,10 +101,10 @@ import sys
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import signals
 from bert_mgpu.errors import UsageError
 from bert_mgpu.pretraining import data_settings
 from bert_mgpu.pretraining import pipeline
+from bert_mgpu import signals
 
 
 def data_settings_from_flags(flag_values):

@@ -25,18 +25,18 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
 from bert_mgpu import command_line
-from bert_mgpu import errors
-import modeling
-import multigpu
 from bert_mgpu.data import output_files
 from bert_mgpu.data import text_files
-from bert_mgpu.training import run_settings
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu import errors
 from bert_mgpu.errors import UsageError
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import run_settings
+import modeling
+import multigpu
 
 # Google's pair separator: the line splits at its last " ||| ".
 _PAIR_PATTERN = re.compile(r"^(.*) \|\|\| (.*)$")

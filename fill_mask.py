@@ -41,20 +41,20 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu import command_line
+from bert_mgpu.data import output_files
+from bert_mgpu.data import text_files
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
 from bert_mgpu.pretraining import data_settings
 from bert_mgpu.pretraining import text_input
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import run_settings
 import extract_features
 import modeling
 import multigpu
-from bert_mgpu.data import output_files
 import run_pretraining_mgpu
-from bert_mgpu.training import run_settings
-from bert_mgpu.data import text_files
-from bert_mgpu.data import tfrecord_io
 import tokenization
-from bert_mgpu.errors import UsageError
 
 FLAGS = tf.flags.FLAGS
 

@@ -2,7 +2,7 @@
 """Where BERT runs: the device plan and the towers.
 
 This is the one module that knows about devices, towers and gradient reduction. It
-builds graphs; the loop that runs them is runner.py.
+builds graphs; the loop that runs them is bert_mgpu/training/runner.py.
 """
 
 import collections

@@ -40,16 +40,16 @@ import time
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu import command_line
-from bert_mgpu.ner import serving as ner_serving
-import run_classifier_mgpu
-from bert_mgpu.training import run_settings
-from bert_mgpu.serving import http_server
-from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import predictor as serving_predictor
-from bert_mgpu.errors import UsageError
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.data import text_files
 from bert_mgpu.data.text_files import line_error, read_text_file
+from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.serving import http_server
+from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import predictor as serving_predictor
+from bert_mgpu.training import run_settings
+import run_classifier_mgpu
 
 FLAGS = tf.flags.FLAGS
 

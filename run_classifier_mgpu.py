@@ -3,7 +3,7 @@
 
 The flags and defaults are those of Google's run_classifier.py (docs/FORMATS.md 8) plus
 the runner's multi-GPU flags. Tasks (--task_name) and their files are described in
-bert_mgpu/classifier/tasks.py; the shared loop is runner.py.
+bert_mgpu/classifier/tasks.py; the shared loop is bert_mgpu/training/runner.py.
 
 Outputs in --output_dir (docs/FORMATS.md 7): labels.txt, best/, eval_results.txt and
 eval_report.*, predict.txt (one label per test example, in order), Google's test_results.tsv,
@@ -22,27 +22,27 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu.classifier import class_labels
+from bert_mgpu.classifier import clue_submission
 from bert_mgpu.classifier import feature_cache
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
-from bert_mgpu.classifier import tasks
-from bert_mgpu.classifier import metrics as classifier_metrics
-from bert_mgpu.classifier import clue_submission
-from bert_mgpu import command_line
 from bert_mgpu.classifier import long_text
-import modeling
+from bert_mgpu.classifier import metrics as classifier_metrics
 from bert_mgpu.classifier import multi_label
+from bert_mgpu.classifier import tasks
+from bert_mgpu import command_line
 from bert_mgpu.data import output_files
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
+from bert_mgpu.serving import export
+from bert_mgpu.serving import model_files
+from bert_mgpu.training import checkpoints
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
-from bert_mgpu.serving import export
-from bert_mgpu.serving import model_files
-from bert_mgpu.data import tfrecord_io
-from bert_mgpu.errors import UsageError
-from bert_mgpu.data.output_files import atomic_write_text
+import modeling
 
 
 # ---------------------------------------------------------------------------

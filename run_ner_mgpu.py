@@ -3,7 +3,8 @@
 
 Google's classifier flags keep their names and defaults (docs/FORMATS.md 8), plus the
 runner's multi-GPU flags. The data (--data_format=conll or cluener, ner/formats.py) is read
-and checked before anything is written; the head is ner_model.py; the loop runner.py.
+and checked before anything is written; the head is bert_mgpu/ner/model.py; the loop
+bert_mgpu/training/runner.py.
 
 Outputs in --output_dir:
   labels.txt                the tag list (with --do_train; reused without it)
@@ -25,24 +26,24 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu import command_line
 from bert_mgpu.data import length_grouping
+from bert_mgpu.data import output_files
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
-from bert_mgpu.ner import tag_labels
-from bert_mgpu.ner import writers
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
-from bert_mgpu.data import output_files
+from bert_mgpu.ner import tag_labels
+from bert_mgpu.ner import writers
+from bert_mgpu.serving import model_files
+from bert_mgpu.training import checkpoints
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
-from bert_mgpu.serving import model_files
-from bert_mgpu.data import tfrecord_io
-from bert_mgpu.errors import UsageError
-from bert_mgpu.data.output_files import atomic_write_text
 
 FLAGS = tf.flags.FLAGS
 

@@ -22,15 +22,15 @@ usual choice for large global batches.
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu import command_line
-import modeling
 from bert_mgpu.data import output_files
-from bert_mgpu.pretraining import records as pretraining_data
-from bert_mgpu.training import run_settings
-from bert_mgpu.training import runner
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
+from bert_mgpu.pretraining import records as pretraining_data
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import run_settings
+from bert_mgpu.training import runner
+import modeling
 
 
 # ---------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 # coding=utf-8
 """Fine-tunes BERT for SQuAD-style reading comprehension on every GPU.
-
-Reads SQuAD JSON (v1.1, and v2.0 with --version_2_with_negative); CMRC 2018 and DRCD use
-the same JSON. Reading and windowing are squad_data.py's, scoring squad_scoring.py's, and
-the loop runner.py's. The flags are Google's run_squad.py flags (docs/FORMATS.md 8) plus
+ Reads SQuAD JSON (v1.1, and v2.0 with --version_2_with_negative); CMRC 2018 and DRCD use
+the same JSON. Reading and windowing are bert_mgpu/squad/data.py's, scoring
+bert_mgpu/squad/scoring.py's, and the loop bert_mgpu/training/runner.py's. The flags are
+Google's run_squad.py flags (docs/FORMATS.md 8) plus
 the runner's.
 
 Outputs in --output_dir, with --do_predict:
@@ -22,18 +22,18 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu import command_line
-import modeling
 from bert_mgpu.data import output_files
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
+from bert_mgpu.squad import data as squad_data
+from bert_mgpu.squad import scoring as squad_scoring
+from bert_mgpu.training import checkpoints
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
-from bert_mgpu.squad import data as squad_data
-from bert_mgpu.squad import scoring as squad_scoring
-from bert_mgpu.data import tfrecord_io
-from bert_mgpu.errors import UsageError
-from bert_mgpu.data.output_files import atomic_write_text
+import modeling
 
 
 # ---------------------------------------------------------------------------

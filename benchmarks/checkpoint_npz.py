@@ -27,9 +27,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_mgpu.ner import model as ner_model  # pylint: disable=wrong-import-position
 from bert_mgpu.training import checkpoints  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
-from bert_mgpu.ner import model as ner_model  # pylint: disable=wrong-import-position
 import run_classifier_mgpu  # pylint: disable=wrong-import-position
 
 

@@ -31,7 +31,7 @@ Recipe, matched to ours:
     --lr_schedule=hf, transformers.get_linear_schedule_with_warmup (decay from the end of
     the warmup), hf_finetune.py's default.
   * Decoding and scores: each token takes the argmax at its first piece; a token with no
-    piece (or cut off) is O. Entities and micro F1 by the project's ner_scoring.py (its
+    piece (or cut off) is O. Entities and micro F1 by the project's bert_mgpu/ner/scoring.py (its
     conlleval/seqeval rule, so an I- after O starts an entity, as ours), scheme detected
     from the label list.
 

@@ -8,7 +8,7 @@ warmup and max_seq_length. Every run gets a fresh output directory. For each run
 the whole process's wall time (Python start to exit, imports included, measured here), our
 phases (the run's own "where the time went" log) or HF's (its JSON line), training and
 prediction sentences/s, and dev and test entity F1; then per pair the ratios. Both test F1s
-are computed here from the predict.txt files (token, gold, predicted) with ner_scoring.py,
+are computed here from the predict.txt files (token, gold, predicted) with bert_mgpu/ner/scoring.py,
 so they use the same decoding; dev F1 is each script's own (ours: eval_results.txt, also
 ner_scoring).
 

@@ -22,13 +22,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app as absl_app
 
+from bert_mgpu.errors import Preempted, UsageError
 from bert_mgpu.training import mixed_precision
-import modeling
-import multigpu
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
+import modeling
+import multigpu
 import tokenization
-from bert_mgpu.errors import Preempted, UsageError
 
 # name -> (kind, default, help). Google's names and defaults (docs/FORMATS.md 8); a script
 # picks the ones it has and may change a default (run_squad's max_seq_length is 384).
@@ -362,8 +362,8 @@ def check_command_line(argv, flag_values=None):
 def run_main(main, argv=None):
   """Runs `main(argv)` under tf.app.run with strict flags, and turns failures into one line.
 
-  The job's phase breakdown (phases.py) is logged when main returns. A UsageError prints
-  `error: <message>` and exits 1; a preemption prints where it saved
+  The job's phase breakdown (bert_mgpu/training/phases.py) is logged when main returns. A
+  UsageError prints `error: <message>` and exits 1; a preemption prints where it saved
   and exits 128 + the signal (143 for SIGTERM, 130 for Ctrl-C); a Ctrl-C outside training
   exits 130 with no traceback.
   """

@@ -28,13 +28,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_mgpu.data import tfrecord_io  # pylint: disable=wrong-import-position
+from bert_mgpu.training import run_settings  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 import multigpu  # pylint: disable=wrong-import-position
 import run_classifier_mgpu  # pylint: disable=wrong-import-position
 import run_pretraining_mgpu  # pylint: disable=wrong-import-position
 import run_squad_mgpu  # pylint: disable=wrong-import-position
-from bert_mgpu.training import run_settings  # pylint: disable=wrong-import-position
-from bert_mgpu.data import tfrecord_io  # pylint: disable=wrong-import-position
 
 # Distinct synthetic batches, cycled: enough that the input is not one cached tensor.
 NUM_SYNTHETIC_BATCHES = 8

@@ -19,7 +19,7 @@ lists in five classes (体育 sports, 财经 finance, 科技 tech, 娱乐 entert
 
 Output depends only on --seed: the same bytes on every run (checked identical on
 Python 3.7 and 3.11).
-Uses the standard library and the project's atomic file writer (output_files.py).
+Uses the standard library and the project's atomic file writer (bert_mgpu/data/output_files.py).
 
 Usage:
   python scripts/make_demo_data.py --output_dir /tmp/demo_data [--seed 12345]

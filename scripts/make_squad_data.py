@@ -74,8 +74,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_demo_data  # pylint: disable=wrong-import-position
-import tokenization  # pylint: disable=wrong-import-position
 from bert_mgpu.data.output_files import atomic_write_text  # pylint: disable=wrong-import-position
+import tokenization  # pylint: disable=wrong-import-position
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

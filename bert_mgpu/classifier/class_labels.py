@@ -13,8 +13,8 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import file_readers
 from bert_mgpu.data import label_files
-from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.errors import UsageError, write_error
 
 # Child of TensorFlow's logger: the messages appear next to tf.logging's and
 # follow tf.logging.set_verbosity(). The classifier's data modules share it, under the

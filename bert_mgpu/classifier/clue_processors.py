@@ -3,8 +3,8 @@
 cluewsc2020.
 
 {train,dev,test}.json as CLUE ships them (OCNLI: train.50k.json first), one JSON object per
-line, mapped as docs/FORMATS.md 12 says. clue_submission.py writes predictions in CLUE's
-submission format.
+line, mapped as docs/FORMATS.md 12 says. bert_mgpu/classifier/clue_submission.py writes
+predictions in CLUE's submission format.
 """
 
 import collections

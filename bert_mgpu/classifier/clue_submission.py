@@ -14,8 +14,8 @@ import json
 import logging
 import os
 
-from bert_mgpu.errors import UsageError
 from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.errors import UsageError
 
 # TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
 _LOGGER = logging.getLogger("tensorflow")

@@ -19,9 +19,9 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.classifier import class_labels
 from bert_mgpu.classifier import featurizing_pool
 from bert_mgpu.classifier import input_examples
-import tokenization
-from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.errors import UsageError, write_error
+import tokenization
 
 # Child of TensorFlow's logger: the messages appear next to tf.logging's and
 # follow tf.logging.set_verbosity(). The classifier's data modules share it, under the

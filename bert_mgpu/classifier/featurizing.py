@@ -17,8 +17,8 @@ from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import long_text
 from bert_mgpu.data import length_grouping
 from bert_mgpu.data import tfrecord_io
-import tokenization
 from bert_mgpu.errors import UsageError
+import tokenization
 
 
 def _truncate_seq_pair(tokens_a, tokens_b, max_length):

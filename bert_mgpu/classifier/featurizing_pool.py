@@ -9,7 +9,6 @@ check, since forking after TensorFlow has started its GPU runtime is not safe.
 
 import multiprocessing
 import os
-import time
 
 import tensorflow.compat.v1 as tf
 
@@ -18,6 +17,7 @@ from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.data import processes
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu import progress
 import tokenization
 
 # Child of TensorFlow's logger: the messages appear next to tf.logging's and
@@ -82,36 +82,23 @@ def _featurize_chunk(examples):
   return serialized, num_truncated
 
 
-def _format_duration(seconds):
-  seconds = int(round(seconds))
-  if seconds >= 3600:
-    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
-  if seconds >= 60:
-    return "%dm%02ds" % (seconds // 60, seconds % 60)
-  return "%ds" % seconds
-
-
 class _Progress(object):
   """Logs "n/total, rate, ETA" at most every PROGRESS_INTERVAL_SECONDS."""
 
   def __init__(self, total, what):
-    self._total = total
     self._what = what
-    self._start = time.time()
-    self._last_log = self._start
+    self._timing = progress.Progress(total, PROGRESS_INTERVAL_SECONDS)
 
   def update(self, done):
-    now = time.time()
-    if now - self._last_log < PROGRESS_INTERVAL_SECONDS:
+    if not self._timing.due():
       return
-    self._last_log = now
-    rate = done / max(now - self._start, 1e-9)
+    total = self._timing.total
     _LOGGER.info("%s: %d/%d examples (%.0f%%), %.0f examples/s, ETA %s", self._what, done,
-                 self._total, 100.0 * done / self._total, rate,
-                 _format_duration((self._total - done) / max(rate, 1e-9)))
+                 total, 100.0 * done / total, self._timing.rate(done),
+                 progress.format_duration(self._timing.eta_seconds(done) or 0))
 
   def elapsed(self):
-    return time.time() - self._start
+    return self._timing.elapsed()
 
 
 def _chunks(items, size):
@@ -213,7 +200,7 @@ def _write_features_with(pool, examples, max_seq_length, output_file):
   what = "featurizing %s" % os.path.basename(output_file)
   if pool.uses_processes(len(examples)):
     _LOGGER.info("%s: %d examples with %d processes", what, len(examples), pool.num_workers)
-  progress = _Progress(len(examples), what)
+  reporter = _Progress(len(examples), what)
   num_truncated = [0]
 
   def serialized_records(record_chunks):
@@ -223,7 +210,7 @@ def _write_features_with(pool, examples, max_seq_length, output_file):
         yield record
       num_done += len(chunk_records)
       num_truncated[0] += chunk_truncated
-      progress.update(num_done)
+      reporter.update(num_done)
 
   try:
     num_written = tfrecord_io.write_records_atomically(
@@ -242,6 +229,6 @@ def _write_features_with(pool, examples, max_seq_length, output_file):
         "truncated")
     log = _LOGGER.info
   log("%s: wrote %d records to %s in %.1fs; %d examples (%.1f%%) %s", what, num_written,
-      output_file, progress.elapsed(), num_truncated,
+      output_file, reporter.elapsed(), num_truncated,
       100.0 * num_truncated / max(num_written, 1), cut)
   return num_written

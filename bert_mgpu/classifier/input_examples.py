@@ -27,7 +27,7 @@ class InputExample(object):
       source_file: path of the file the example was read from (error messages).
       source_line: 1-based line of the example in `source_file`.
       raw_id: the id as the data file holds it (a JSON int or string), or None: CLUE
-        submissions write it back in its own JSON type (clue_submission.py).
+        submissions write it back in its own JSON type (bert_mgpu/classifier/clue_submission.py).
     """
     self.guid = guid
     self.text_a = text_a

@@ -10,9 +10,9 @@ import collections
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.data import sequence_windows
 from bert_mgpu.errors import UsageError
 import modeling
-from bert_mgpu.data import sequence_windows
 
 
 def head_tail(tokens, room, head_tokens=None):

@@ -15,8 +15,8 @@ import os
 import numpy as np
 
 from bert_mgpu.classifier import metrics as classifier_metrics
-from bert_mgpu.errors import UsageError
 from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.errors import UsageError
 
 # TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
 _LOGGER = logging.getLogger("tensorflow")

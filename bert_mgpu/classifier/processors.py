@@ -28,8 +28,8 @@ from bert_mgpu.classifier import file_readers
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.data import label_files
 from bert_mgpu.data import text_files
-from bert_mgpu.errors import UsageError
 from bert_mgpu.data.text_files import line_error
+from bert_mgpu.errors import UsageError
 
 SPLITS = ("train", "dev", "test")
 

@@ -1,6 +1,6 @@
 # coding=utf-8
 """Windows over a sequence longer than the model takes, and which window predicts each
-position: shared by SQuAD's contexts (squad_data.py) and NER's sentences (ner_data.py).
+position: shared by SQuAD's contexts (bert_mgpu/squad/data.py) and NER's sentences (bert_mgpu/ner/).
 No TensorFlow import."""
 
 

@@ -1,9 +1,9 @@
 # coding=utf-8
 """Users' text files, read strictly: UTF-8 or a one-line error naming the file and line.
 
-Shared by the task data modules (classifier/file_readers.py, squad_data.py). A file in another
-encoding, a NUL byte, a JSON key given twice or an unpaired surrogate is refused where it
-is, instead of being read silently wrong.
+Shared by the task data modules (classifier/file_readers.py, bert_mgpu/squad/data.py). A
+file in another encoding, a NUL byte, a JSON key given twice or an unpaired surrogate is
+refused where it is, instead of being read silently wrong.
 """
 
 import codecs

@@ -8,7 +8,7 @@ process every call is the plain single-process action (a local session, sess.run
 caller's own vote), so the loop reads the same either way.
 
 The collectives themselves are built by multigpu.py; the server, the peer list and the
-watchdog are cluster.py's.
+watchdog are bert_mgpu/distributed/cluster.py's.
 """
 
 import contextlib
@@ -23,9 +23,9 @@ except ImportError:  # not on Windows
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.distributed import cluster
-import multigpu
-from bert_mgpu.training import phases
 from bert_mgpu.errors import UsageError, WorkerLost
+from bert_mgpu.training import phases
+import multigpu
 
 # The settings every worker must share (different flags or data would make their
 # collectives pair up wrongly and wait forever).

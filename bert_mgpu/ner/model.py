@@ -1,6 +1,6 @@
 # coding=utf-8
 """The token-classification head of run_ner_mgpu.py: a dense layer over BERT's sequence
-output, with an optional linear-chain CRF (crf.py).
+output, with an optional linear-chain CRF (bert_mgpu/ner/crf.py).
 
 Variables (docs/FORMATS.md 11): cls/ner/output_weights [num_tags, hidden] and
 cls/ner/output_bias [num_tags], laid out as Google's classifier head; with --use_crf,

@@ -26,7 +26,7 @@ import collections
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
+from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import model as ner_model
@@ -36,7 +36,7 @@ from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import predictor
-from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
+from bert_mgpu.training import checkpoints
 
 NER_KINDS = (model_files.NER_KIND,)
 # predict_text.py takes either kind.

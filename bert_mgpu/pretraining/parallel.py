@@ -8,7 +8,6 @@ forked afresh for each step of a chunk, inherit the chunk (not pickled where for
 and leave stopping to the main process (`signals.leave_stopping_to_parent`).
 """
 
-import datetime
 import itertools
 import os
 import random
@@ -16,11 +15,12 @@ import time
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import signals
 from bert_mgpu.data import processes
 from bert_mgpu.pretraining import record_writing
 from bert_mgpu.pretraining import text_input
 from bert_mgpu.pretraining import training_instances
+from bert_mgpu import progress
+from bert_mgpu import signals
 
 DEFAULT_PROGRESS_INTERVAL_SECONDS = 30.0
 # How often the main process looks at the workers' progress counters.
@@ -77,11 +77,9 @@ class ProgressLog(object):
       log_function: function(format, *args); tf.logging.info by default.
     """
     self.total_bytes = total_bytes
-    self.interval_seconds = interval_seconds
     self._clock = clock
     self._log_function = log_function or tf.logging.info
-    self._start = clock()
-    self._last_log = self._start
+    self._timing = progress.Progress(total_bytes, interval_seconds, clock)
     self.bytes_read = 0
     self.documents_read = 0
     self.bytes_done = 0.0
@@ -89,28 +87,24 @@ class ProgressLog(object):
 
   def eta_seconds(self, now):
     """Seconds left at time `now`, or None before anything is done."""
-    if self.bytes_done <= 0:
-      return None
-    remaining = max(0.0, self.total_bytes - self.bytes_done)
-    return (now - self._start) * remaining / self.bytes_done
+    return self._timing.eta_seconds(self.bytes_done, now)
 
   def message(self, now):
     """The progress line for time `now`."""
-    elapsed = max(now - self._start, 1e-9)
     eta = self.eta_seconds(now)
-    eta_text = "unknown" if eta is None else str(datetime.timedelta(seconds=int(round(eta))))
     share = 100.0 * self.bytes_done / self.total_bytes if self.total_bytes else 100.0
     return ("Progress: %.1f%% done; read %s of %s, %d documents; %d instances written "
             "(%.1f/s); elapsed %s, ETA %s" % (
                 share, format_bytes(self.bytes_read), format_bytes(self.total_bytes),
-                self.documents_read, self.instances_written, self.instances_written / elapsed,
-                datetime.timedelta(seconds=int(round(elapsed))), eta_text))
+                self.documents_read, self.instances_written,
+                self.instances_written / max(self._timing.elapsed(now), 1e-9),
+                progress.format_duration(self._timing.elapsed(now)),
+                "unknown" if eta is None else progress.format_duration(eta)))
 
   def maybe_log(self):
     """Logs the progress line if the interval has passed since the last one."""
     now = self._clock()
-    if now - self._last_log >= self.interval_seconds:
-      self._last_log = now
+    if self._timing.due(now):
       self._log_function("%s", self.message(now))
 
 

@@ -12,8 +12,8 @@ import time
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import multi_label
-from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 

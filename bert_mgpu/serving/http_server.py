@@ -12,17 +12,17 @@ micro-batched, a drain on SIGTERM.
 import http.server
 import json
 import os
-import signal
 import sys
 import threading
 import time
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.errors import UsageError
+from bert_mgpu.errors import UsageError, signal_name
 from bert_mgpu.serving import batching
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import predictor as serving_predictor
+from bert_mgpu import signals
 
 # Largest POST body accepted, in bytes.
 MAX_REQUEST_BYTES = 16 << 20
@@ -333,23 +333,26 @@ def make_server(host, port, state):
 
 
 # ---------------------------------------------------------------------------
-# Signals: this command's own handler, kept as it was until bert_mgpu/signals.py takes over
+# Signals: the first drains, a second exits at once
 # ---------------------------------------------------------------------------
 
-def _stop_on_signals(stop):
+class _DrainOnSignals(signals.SignalCatcher):
   """The first SIGTERM or Ctrl-C sets `stop` (the main thread then drains); a second one
   exits at once."""
-  def handle(signum, unused_frame):
-    name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
-    if stop.is_set():
-      sys.stderr.write("Received a second %s: exiting without draining.\n" % name)
-      sys.stderr.flush()
-      os._exit(128 + signum)  # pylint: disable=protected-access
+
+  def __init__(self, stop):
+    super(_DrainOnSignals, self).__init__()
+    self._stop = stop
+
+  def on_first_signal(self, signum):
     tf.logging.info("Received %s: draining the requests in flight, then exiting (again to "
-                    "exit at once).", name)
-    stop.set()
-  for signum in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(signum, handle)
+                    "exit at once).", signal_name(signum))
+    self._stop.set()
+
+  def on_later_signal(self, signum):
+    sys.stderr.write("Received a second %s: exiting without draining.\n" % signal_name(signum))
+    sys.stderr.flush()
+    os._exit(128 + signum)  # pylint: disable=protected-access
 
 
 # ---------------------------------------------------------------------------
@@ -374,26 +377,27 @@ def serve(host, port, load_predictor, batch_window_seconds, max_batch, max_reque
   """
   state = ServingState(max_batch, max_request_texts)
   stop = threading.Event()
-  _stop_on_signals(stop)
-  server = make_server(host, port, state)
-  host, port = server.server_address[:2]
-  # Listening before the model loads, so /healthz can say 503 meanwhile.
-  thread = threading.Thread(target=server.serve_forever, name="http")
-  thread.daemon = True
-  thread.start()
-  sys.stderr.write("Serving on http://%s:%d (POST /predict, GET /labels, GET /healthz)\n" %
-                   (host, port))
-  sys.stderr.flush()
-  predictor = batcher = None
-  try:
-    predictor = load_predictor()
-    batcher = batching.MicroBatcher(predictor.predict, batch_window_seconds, max_batch)
-    state.ready(predictor, batcher)
-    tf.logging.info("Ready: the model answers on http://%s:%d", host, port)
-    while not stop.wait(0.2):
-      pass
-  finally:
-    _shut_down(server, state, predictor, batcher, drain_seconds)
+  # Around the shutdown too: a second signal while draining still exits at once.
+  with _DrainOnSignals(stop):
+    server = make_server(host, port, state)
+    host, port = server.server_address[:2]
+    # Listening before the model loads, so /healthz can say 503 meanwhile.
+    thread = threading.Thread(target=server.serve_forever, name="http")
+    thread.daemon = True
+    thread.start()
+    sys.stderr.write("Serving on http://%s:%d (POST /predict, GET /labels, GET /healthz)\n" %
+                     (host, port))
+    sys.stderr.flush()
+    predictor = batcher = None
+    try:
+      predictor = load_predictor()
+      batcher = batching.MicroBatcher(predictor.predict, batch_window_seconds, max_batch)
+      state.ready(predictor, batcher)
+      tf.logging.info("Ready: the model answers on http://%s:%d", host, port)
+      while not stop.wait(0.2):
+        pass
+    finally:
+      _shut_down(server, state, predictor, batcher, drain_seconds)
 
 
 def _shut_down(server, state, predictor, batcher, drain_seconds):

@@ -22,13 +22,13 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.data import label_files
-from bert_mgpu.ner import tag_labels
-from bert_mgpu.errors import UsageError
 from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import tag_labels
+from bert_mgpu.training import checkpoints
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "bert_config.json"

@@ -9,16 +9,16 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.training import checkpoints
-from bert_mgpu import command_line
 from bert_mgpu.classifier import multi_label
-import multigpu
-from bert_mgpu.errors import UsageError
+from bert_mgpu import command_line
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
+from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
+from bert_mgpu.training import checkpoints
+import multigpu
 
 LoadedModel = collections.namedtuple(
     "LoadedModel", ["files", "bert_config", "tokenizer", "checkpoint", "description"])

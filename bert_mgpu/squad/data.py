@@ -16,11 +16,11 @@ import json
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.data import sequence_windows
 from bert_mgpu.data import text_files
 from bert_mgpu.data import tfrecord_io
-import tokenization
-from bert_mgpu.data import sequence_windows
 from bert_mgpu.errors import UsageError
+import tokenization
 
 # Google's first feature id; ids only have to be unique within a file.
 FIRST_UNIQUE_ID = 1000000000

@@ -14,10 +14,10 @@ import shutil
 
 import tensorflow.compat.v1 as tf
 
-import modeling
-import multigpu
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError, error_reason, write_error
+import modeling
+import multigpu
 
 BEST_SUBDIR = "best"
 

@@ -10,8 +10,8 @@ import signal
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import signals
 from bert_mgpu.errors import Preempted, signal_name
+from bert_mgpu import signals
 
 
 class StopSignals(signals.SignalCatcher):

@@ -19,8 +19,8 @@ import tempfile
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.distributed import cluster
-import multigpu
 from bert_mgpu.errors import UsageError
+import multigpu
 
 # With --use_xla, batch lengths are rounded up to a multiple of this.
 XLA_LENGTH_MULTIPLE = 16

@@ -1,7 +1,7 @@
 # coding=utf-8
 """The loop under every run_*_mgpu.py script: train(), infer() and evaluate().
 
-A run script checks its flags (command_line.py), builds a RunConfig with
+A run script checks its flags (bert_mgpu/command_line.py), builds a RunConfig with
 run_settings.make_run_config() (the batch and step arithmetic and the device check),
 claims its output_dir (output_files.claim_output_dir), and hands its model_fn and datasets
 to the functions here. Devices and towers are multigpu.py's; checkpoints and best/ are
@@ -16,16 +16,16 @@ import time
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.data import output_files
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.distributed.peers import Peers
+from bert_mgpu.errors import TrainingDiverged, UsageError, write_error
+from bert_mgpu import progress
 from bert_mgpu.training import checkpoints
+from bert_mgpu.training import phases
+from bert_mgpu.training import preemption
 import modeling
 import multigpu
-from bert_mgpu.data import output_files
-from bert_mgpu.training import phases
-from bert_mgpu import progress
-from bert_mgpu.training import preemption
-from bert_mgpu.data import tfrecord_io
-from bert_mgpu.errors import TrainingDiverged, UsageError, write_error
-from bert_mgpu.distributed.peers import Peers
 
 EvalSpec = collections.namedtuple(
     "EvalSpec", ["make_dataset", "metrics_fn", "best_metric", "patience"])
