@@ -3,7 +3,7 @@
 
 Generates (fixed seed) short Chinese texts mixed with English words, digits and
 punctuation, and a Chinese-style vocab, then prints lines/s of
-tests/reference_tokenizer.py and of tokenization.FullTokenizer on the same
+tests/helpers/reference_tokenizer.py and of tokenization.FullTokenizer on the same
 input, checks that both give the same tokens, and prints the speed ratio.
 
   python scripts/bench_tokenizer.py [--num_lines 20000] [--repeats 3]
@@ -20,7 +20,7 @@ import tempfile
 import time
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _path in (REPO_DIR, os.path.join(REPO_DIR, "tests")):
+for _path in (REPO_DIR, os.path.join(REPO_DIR, "tests", "helpers")):
   if _path not in sys.path:
     sys.path.insert(0, _path)
 

@@ -1,6 +1,7 @@
-"""Puts the repo's modules (modeling, multigpu, ...) and the test helpers (numpy_bert,
-reference_tokenizer) on the import path, wherever pytest is started from; and keeps the
-session's temporary files under pytest's own temp directory."""
+"""Puts the repo's modules (modeling, multigpu, ...) and the test helpers of tests/helpers/
+(cli, numpy_bert, reference_tokenizer, ...) on the import path, wherever pytest is started
+from; keeps the session's temporary files under pytest's own temp directory; and holds the
+fixtures that tests in several files use (demo_data)."""
 
 import os
 import sys
@@ -10,9 +11,12 @@ import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(TESTS_DIR)
-for path in (REPO_DIR, TESTS_DIR):
+HELPERS_DIR = os.path.join(TESTS_DIR, "helpers")
+for path in (REPO_DIR, HELPERS_DIR):
   if path not in sys.path:
     sys.path.insert(0, path)
+
+import classifier_runs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -30,3 +34,10 @@ def session_temp_dir(tmp_path_factory):
     del os.environ["TMPDIR"]
   else:
     os.environ["TMPDIR"] = saved_env
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory):
+  """The demo data cut to a few dozen examples, with a tiny config (a DemoData of
+  helpers/classifier_runs.py); made once per test module."""
+  return classifier_runs.make_demo_data(str(tmp_path_factory.mktemp("demo_data")))

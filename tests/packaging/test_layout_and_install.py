@@ -1,0 +1,217 @@
+# coding=utf-8
+"""The layout and the installable package: the top level holds the design card's modules and
+the commands, everything else is the bert_mgpu package; an installed copy holds nothing else
+and imports from anywhere; light parts import without TensorFlow; files and functions stay
+short enough to read in one sitting; tests share code through tests/helpers/ only."""
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from cli import REPO_DIR
+
+# Google's design card (modeling, optimization, tokenization; run_classifier, run_squad,
+# run_pretraining, create_pretraining_data) with multigpu, and our other commands.
+DESIGN_CARD = ("modeling", "optimization", "tokenization", "multigpu")
+COMMANDS = ("run_classifier_mgpu", "run_squad_mgpu", "run_pretraining_mgpu", "run_ner_mgpu",
+            "create_pretraining_data", "predict_text", "extract_features", "fill_mask")
+PACKAGE = "bert_mgpu"
+
+# The size limits of issue #30, in lines.
+FILE_LIMIT = 700
+FILE_LIMITS = {"multigpu.py": 900, "tokenization.py": 900, "optimization.py": 900}
+FUNCTION_LIMIT = 100
+TRAIN_LIMIT = 80
+# Google's modeling.py keeps its own shape, long functions included.
+EXEMPT = ("modeling.py",)
+
+
+def top_level_modules(directory):
+  return sorted(os.path.splitext(name)[0] for name in os.listdir(directory)
+                if name.endswith(".py"))
+
+
+def packaged_modules():
+  """The py-modules list of pyproject.toml (read by hand: Python 3.7 has no tomllib)."""
+  with open(os.path.join(REPO_DIR, "pyproject.toml"), encoding="utf-8") as f:
+    text = f.read()
+  listing = re.search(r"^py-modules\s*=\s*\[(.*?)\]", text, re.S | re.M).group(1)
+  listing = re.sub(r"#[^\n]*", "", listing)
+  return sorted(re.findall(r'"([^"]+)"', listing))
+
+
+def source_files():
+  """Repo-relative paths of every .py file outside tests/ that git tracks or would track."""
+  paths = []
+  for root, dirs, files in os.walk(REPO_DIR):
+    dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("tests", "build",
+                                                                         "__pycache__")]
+    paths.extend(os.path.relpath(os.path.join(root, name), REPO_DIR)
+                 for name in files if name.endswith(".py"))
+  return sorted(paths)
+
+
+def test_the_top_level_holds_the_design_card_and_the_commands():
+  assert top_level_modules(REPO_DIR) == sorted(DESIGN_CARD + COMMANDS)
+  assert packaged_modules() == sorted(DESIGN_CARD + COMMANDS)
+
+
+def test_every_folder_of_the_package_is_a_package():
+  for root, dirs, files in os.walk(os.path.join(REPO_DIR, PACKAGE)):
+    dirs[:] = [d for d in dirs if d != "__pycache__"]
+    if any(name.endswith(".py") for name in files):
+      assert "__init__.py" in files, "%s has no __init__.py" % root
+
+
+def copy_package_source(destination):
+  """Copies what the package is built from, skipping build/ and caches (an ignored
+  build/lib may hold old flat modules that an install would pick up)."""
+  os.makedirs(destination)
+  for name in ["pyproject.toml", "README.md"] + [m + ".py" for m in top_level_modules(REPO_DIR)]:
+    shutil.copy(os.path.join(REPO_DIR, name), os.path.join(destination, name))
+  shutil.copytree(os.path.join(REPO_DIR, PACKAGE), os.path.join(destination, PACKAGE),
+                  ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def test_an_installed_copy_holds_only_the_package_and_imports_from_anywhere(tmp_path):
+  source, target = str(tmp_path / "source"), str(tmp_path / "site")
+  copy_package_source(source)
+  # Offline: the build backend comes from this environment (requirements-test.txt).
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                  "--no-build-isolation", "--no-index", "--target", target, source],
+                 check=True, timeout=300, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  installed = sorted(name for name in os.listdir(target)
+                     if not name.endswith(".dist-info") and name != "__pycache__")
+  assert installed == sorted([PACKAGE] + [m + ".py" for m in DESIGN_CARD + COMMANDS])
+  installed_package = sorted(
+      os.path.relpath(os.path.join(root, name), target)
+      for root, _, files in os.walk(os.path.join(target, PACKAGE))
+      for name in files if name.endswith(".py"))
+  assert installed_package == sorted(p for p in source_files() if p.startswith(PACKAGE + os.sep))
+  # Every command, from a directory that holds no source: each module it loads from the
+  # repo's names must come from the installed copy.
+  code = ("import sys\n"
+          "for name in %r:\n"
+          "  __import__(name)\n"
+          "ours = [m for name, m in list(sys.modules.items())\n"
+          "        if name.split('.')[0] in %r and getattr(m, '__file__', None)]\n"
+          "outside = [m.__file__ for m in ours if not m.__file__.startswith(%r)]\n"
+          "assert not outside, outside\n"
+          "print('imported', len(ours))\n" % (
+              COMMANDS, (PACKAGE,) + DESIGN_CARD + COMMANDS, target))
+  env = dict(os.environ, PYTHONPATH=target)
+  result = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+  assert result.returncode == 0, result.stderr.decode("utf-8", "replace")[-2000:]
+  assert result.stdout.split()[0] == b"imported"
+
+
+def imported_after(statement):
+  """The top-level names of sys.modules after `statement`, in a fresh interpreter."""
+  code = "import sys\n%s\nprint(' '.join(sorted(set(m.split('.')[0] for m in sys.modules))))\n"
+  result = subprocess.run([sys.executable, "-c", code % statement], cwd=REPO_DIR,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+  assert result.returncode == 0, result.stderr.decode("utf-8", "replace")[-2000:]
+  return set(result.stdout.decode().split())
+
+
+def test_the_package_imports_without_tensorflow_or_numpy():
+  loaded = imported_after("import bert_mgpu, bert_mgpu.errors, bert_mgpu.progress, "
+                          "bert_mgpu.data.output_files, bert_mgpu.data.processes")
+  assert "bert_mgpu" in loaded
+  assert not loaded & {"tensorflow", "numpy"}
+
+
+def test_data_modules_import_without_the_training_stack():
+  code = ("import sys\n"
+          "from bert_mgpu.classifier import long_text\n"
+          "from bert_mgpu.ner import scoring\n"
+          "from bert_mgpu.squad import data\n"
+          "from bert_mgpu.data import text_files, tfrecord_io\n"
+          "import create_pretraining_data\n"
+          "import bert_mgpu.classifier, bert_mgpu.ner\n"
+          "for package in (bert_mgpu.classifier, bert_mgpu.ner):\n"
+          "  for name in __import__('pkgutil').iter_modules(package.__path__):\n"
+          "    if name.name not in ('model', 'serving', 'crf'):\n"
+          "      __import__(package.__name__ + '.' + name.name)\n"
+          "print(sorted(m for m in ('multigpu', 'bert_mgpu.distributed.cluster', "
+          "'bert_mgpu.training.runner', 'bert_mgpu.distributed.peers', "
+          "'bert_mgpu.training.run_settings', 'bert_mgpu.command_line') if m in sys.modules))\n")
+  result = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=300)
+  assert result.returncode == 0, result.stderr.decode("utf-8", "replace")[-2000:]
+  assert result.stdout.decode().strip().splitlines()[-1] == "[]"
+
+
+def function_lengths(path):
+  """(lines from `def` to its last line, name) of every function in a file."""
+  with open(os.path.join(REPO_DIR, path), encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  rows = []
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      # Python 3.7's ast has no end_lineno: the last line that starts a node stands in.
+      last = getattr(node, "end_lineno", None) or max(
+          getattr(n, "lineno", node.lineno) for n in ast.walk(node))
+      rows.append((last - node.lineno + 1, node.name))
+  return rows
+
+
+def test_files_read_in_one_sitting():
+  too_long = []
+  for path in source_files():
+    if path in EXEMPT:
+      continue
+    with open(os.path.join(REPO_DIR, path), encoding="utf-8") as f:
+      lines = sum(1 for _ in f)
+    if lines > FILE_LIMITS.get(path, FILE_LIMIT):
+      too_long.append("%s (%d lines)" % (path, lines))
+  assert not too_long, "split these: " + ", ".join(too_long)
+
+
+@pytest.mark.parametrize("limit,which", [(FUNCTION_LIMIT, None), (TRAIN_LIMIT, "train")])
+def test_functions_read_in_one_sitting(limit, which):
+  too_long = ["%s:%s (%d lines)" % (path, name, length)
+              for path in source_files() if path not in EXEMPT
+              for length, name in function_lengths(path)
+              if length > limit and which in (None, name)]
+  assert not too_long, "split these: " + ", ".join(sorted(too_long))
+
+
+def test_the_limits_see_the_package_and_the_scripts():
+  """The walk above reaches every area, so that a long file anywhere fails it."""
+  paths = source_files()
+  for expected in ("modeling.py", "run_classifier_mgpu.py", "bert_mgpu/training/runner.py",
+                   "scripts/benchmark.py", "benchmarks/hf_finetune.py"):
+    assert expected.replace("/", os.sep) in paths
+
+
+def test_no_test_file_imports_another():
+  """Shared code lives in tests/helpers/ and shared fixtures in tests/conftest.py. A test
+  file is importable only once pytest has put its own folder on sys.path, so an import of
+  one by another would depend on which files were collected first."""
+  tests_dir = os.path.join(REPO_DIR, "tests")
+  importing = []
+  for root, dirs, files in os.walk(tests_dir):
+    dirs[:] = [d for d in dirs if d != "__pycache__"]
+    for name in files:
+      if not name.endswith(".py"):
+        continue
+      path = os.path.join(root, name)
+      with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+      for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+          modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+          modules = [node.module or ""]
+        else:
+          continue
+        importing.extend("%s:%d imports %s" % (os.path.relpath(path, REPO_DIR), node.lineno, m)
+                         for m in modules if m.split(".")[0].startswith("test_"))
+  assert not importing, "move what they import to tests/helpers/: " + ", ".join(importing)
