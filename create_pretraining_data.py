@@ -107,9 +107,10 @@ from bert_mgpu.pretraining import pipeline
 from bert_mgpu import signals
 
 
-def data_settings_from_flags(flag_values):
+def data_settings_from_flags(flag_values=None):
   """Returns the data_settings.DataSettings of the flags that `define_flags` defines (same
-  names)."""
+  names); flag_values: the absl FlagValues, None means tf.flags.FLAGS."""
+  flag_values = tf.flags.FLAGS if flag_values is None else flag_values
   return data_settings.DataSettings(**{name: getattr(flag_values, name)
                                        for name in data_settings.DataSettings._fields})
 
@@ -181,7 +182,7 @@ def main(_):
   # Ctrl-C ends as a KeyboardInterrupt, which command_line.run_main turns into exit 130.
   with signals.StopOnSignals() as stop:
     try:
-      pipeline.create_pretraining_data(data_settings_from_flags(FLAGS), stop_signals=stop)
+      pipeline.create_pretraining_data(data_settings_from_flags(), stop_signals=stop)
     except signals.Terminated:
       sys.stderr.write("Stopped by SIGTERM; no output written.\n")
       sys.stderr.flush()

@@ -34,7 +34,6 @@ from bert_mgpu.data import tfrecord_io
 from bert_mgpu import errors
 from bert_mgpu.errors import UsageError
 from bert_mgpu.training import checkpoints
-from bert_mgpu.training import run_settings
 import modeling
 import multigpu
 
@@ -433,29 +432,6 @@ def define_flags():
 # main
 # ---------------------------------------------------------------------------
 
-def output_directory(path, flag_name="output_file"):
-  """Checks an output file flag before any work; returns its directory (may not exist yet).
-
-  Raises:
-    UsageError: the flag is missing, remote, a directory, or under a file.
-  """
-  flag = "--%s=%s" % (flag_name, path)
-  if not path:
-    raise UsageError("--%s is required." % flag_name)
-  if "://" in path:
-    raise UsageError("%s: give a local path (the file is written through a local temp file "
-                     "and a rename); copy it after the run." % flag)
-  if os.path.isdir(path):
-    raise UsageError("%s is a directory: give a file path." % flag)
-  directory = os.path.dirname(os.path.abspath(path))
-  parent = directory
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
-    raise UsageError("%s: %s is a file, not a directory." % (flag, parent))
-  return directory
-
-
 def default_pooled_output_file(output_file, pooling):
   """`<output_file>.cls.npy` or `<output_file>.mean.npy`: beside the JSON, named by both."""
   return "%s.%s.npy" % (output_file, pooling)
@@ -508,13 +484,13 @@ def check_flags():
   for flag_name, path in (("output_file", json_path), ("pooled_output_file", pooled_path)):
     if not path:
       continue
-    output_directory(path, flag_name)
+    command_line.output_directory(path, flag_name)
     if os.path.exists(path) and os.path.samefile(path, FLAGS.input_file):
       raise UsageError("--%s=%s is the --input_file: give another path." % (flag_name, path))
-  command_line.check_run_flags(FLAGS, positive_flag_names=("batch_size",))
+  command_line.check_run_flags(positive_flag_names=("batch_size",))
   bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
-  devices = run_settings.device_settings_from_flags(FLAGS).check()
+  devices = command_line.device_settings().check()
   return bert_config, devices, layer_indexes, json_path, pooled_path
 
 

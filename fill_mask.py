@@ -47,13 +47,11 @@ from bert_mgpu.data import text_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import model as pretraining_model
 from bert_mgpu.pretraining import text_input
 from bert_mgpu.training import checkpoints
-from bert_mgpu.training import run_settings
-import extract_features
 import modeling
 import multigpu
-import run_pretraining_mgpu
 import tokenization
 
 FLAGS = tf.flags.FLAGS
@@ -256,7 +254,7 @@ def create_model_fn(bert_config, top_k):
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
     positions = features["mask_positions"]
     batch_and_masks = modeling.get_shape_list(positions, expected_rank=2)
-    log_probs = run_pretraining_mgpu.masked_lm_log_probs(  # [batch * masks, vocab]
+    log_probs = pretraining_model.masked_lm_log_probs(  # [batch * masks, vocab]
         bert_config, model.get_sequence_output(), model.get_embedding_table(), positions)
     top_log_probs, top_ids = tf.nn.top_k(log_probs, k=top_k)  # [batch * masks, top_k]
     flat_labels = tf.reshape(features["label_ids"], [-1])  # [batch * masks]
@@ -402,12 +400,12 @@ def check_flags():
     (BertConfig, checked DeviceSettings, checkpoint prefix, FullTokenizer).
   """
   command_line.require_file("input_file", FLAGS.input_file)
-  extract_features.output_directory(FLAGS.output_file)
+  command_line.output_directory(FLAGS.output_file)
   if os.path.exists(FLAGS.output_file) and os.path.samefile(FLAGS.output_file,
                                                             FLAGS.input_file):
     raise UsageError("--output_file=%s is the --input_file: give another path."
                      % FLAGS.output_file)
-  command_line.check_positive(FLAGS, ("batch_size", "top_k"))
+  command_line.check_positive(("batch_size", "top_k"))
   bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   if FLAGS.top_k > bert_config.vocab_size:
     raise UsageError("--top_k=%d: the vocab has only %d tokens." %
@@ -422,7 +420,7 @@ def check_flags():
     raise UsageError("%s has no [MASK] token: use the vocab.txt of a BERT model."
                      % FLAGS.vocab_file)
   tokenizer.literal_special_tokens = True
-  devices = run_settings.device_settings_from_flags(FLAGS).check()
+  devices = command_line.device_settings().check()
   return bert_config, devices, checkpoint, tokenizer
 
 
@@ -448,7 +446,7 @@ def main(_):
     records = candidate_records(lines, examples, results)
   else:
     records = fill_records(lines, examples, results, tokenizer)
-  tf.gfile.MakeDirs(extract_features.output_directory(FLAGS.output_file))
+  tf.gfile.MakeDirs(command_line.output_directory(FLAGS.output_file))
   with output_files.atomic_output(FLAGS.output_file) as f:
     for record in records:
       f.write(json.dumps(record, ensure_ascii=False) + "\n")

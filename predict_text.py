@@ -39,6 +39,7 @@ import time
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu import command_line
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.data import text_files
@@ -48,8 +49,6 @@ from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import http_server
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import predictor as serving_predictor
-from bert_mgpu.training import run_settings
-import run_classifier_mgpu
 
 FLAGS = tf.flags.FLAGS
 
@@ -85,7 +84,7 @@ def check_flags():
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (a SavedModel export) and --output_dir "
                      "(a trained run_classifier_mgpu.py or run_ner_mgpu.py output_dir).")
-  command_line.check_positive(FLAGS, ("max_batch", "max_request_texts"))
+  command_line.check_positive(("max_batch", "max_request_texts"))
   for name in ("batch_window_ms", "drain_seconds"):
     if getattr(FLAGS, name) < 0:
       raise UsageError("--%s=%d: use 0 or more." % (name, getattr(FLAGS, name)))
@@ -185,11 +184,11 @@ def load_predictor():
   if serving_predictor.is_ner(model) and FLAGS.text_b:
     raise UsageError("--text_b: %s is an NER model, which reads one text per line; drop "
                      "--text_b." % (FLAGS.export_dir or FLAGS.output_dir))
-  devices = run_settings.device_settings_from_flags(FLAGS).check()
+  devices = command_line.device_settings().check()
   if serving_predictor.is_ner(model):
     predictor = ner_serving.NerPredictor(model, devices, FLAGS.predict_batch_size)
   else:
-    model_fn = run_classifier_mgpu.model_fn_of(model.files, model.bert_config)
+    model_fn = classifier_model.model_fn_of(model.files, model.bert_config)
     predictor = serving_predictor.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
   tf.logging.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
                   devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)

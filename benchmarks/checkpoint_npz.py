@@ -27,10 +27,10 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_mgpu.classifier import model as classifier_model  # pylint: disable=wrong-import-position
 from bert_mgpu.ner import model as ner_model  # pylint: disable=wrong-import-position
 from bert_mgpu.training import checkpoints  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
-import run_classifier_mgpu  # pylint: disable=wrong-import-position
 
 
 def is_model_weight(name):
@@ -74,7 +74,7 @@ def npz_to_checkpoint(npz_path, checkpoint_prefix):
 
 def initial_weights_to_npz(bert_config_file, num_labels, init_seed, npz_path, multi_label,
                            ner=False):
-  """Writes weights drawn by the initializers of run_classifier_mgpu.py's model (Google's:
+  """Writes weights drawn by the initializers of the classifier's model (Google's:
   truncated normal with stddev initializer_range, zero biases, LayerNorm 1 and 0), or with
   `ner` of run_ner_mgpu.py's (num_labels tags), under graph seed init_seed. Not the
   weights a `--random_seed=init_seed` run starts from (see the module docstring): load
@@ -87,7 +87,7 @@ def initial_weights_to_npz(bert_config_file, num_labels, init_seed, npz_path, mu
     if ner:
       model_fn = ner_model.create_model_fn(config, num_labels)
     else:
-      model_fn = run_classifier_mgpu.create_model_fn(config, num_labels, multi_label, None)
+      model_fn = classifier_model.create_model_fn(config, num_labels, multi_label, None)
     features = {"input_ids": ones, "input_mask": ones, "segment_ids": ones * 0}
     if ner:
       features["tag_mask"] = ones

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 from absl import app as absl_app
 
+from bert_mgpu.distributed import cluster
 from bert_mgpu.errors import Preempted, UsageError
 from bert_mgpu.training import mixed_precision
 from bert_mgpu.training import phases
@@ -29,6 +30,8 @@ from bert_mgpu.training import run_settings
 import modeling
 import multigpu
 import tokenization
+
+FLAGS = tf.flags.FLAGS
 
 # name -> (kind, default, help). Google's names and defaults (docs/FORMATS.md 8); a script
 # picks the ones it has and may change a default (run_squad's max_seq_length is 384).
@@ -142,44 +145,104 @@ def define_device_flags(training=False):
                        "start for the others to come up.")
 
 
-def check_positive(flag_values, names=()):
+# ---------------------------------------------------------------------------
+# Settings objects from the flags (the package takes these, never the flags)
+# ---------------------------------------------------------------------------
+
+def flag_value(flag_values, name, default=None):
+  """The value of flag `name`, or `default` when the script does not define it."""
+  return getattr(flag_values, name) if name in flag_values else default
+
+
+def run_cluster(flag_values=None):
+  """The cluster.Cluster of a multi-worker run (--worker_hosts or TF_CONFIG), else None.
+
+  Raises:
+    UsageError: the worker flags are malformed.
+  """
+  flag_values = FLAGS if flag_values is None else flag_values
+  if "worker_hosts" not in flag_values:
+    return None
+  try:
+    return cluster.cluster_from_flags(flag_values.worker_hosts, flag_values.task_index)
+  except cluster.ClusterError as e:
+    raise UsageError(str(e))
+
+
+def device_settings(training=False, flag_values=None):
+  """The DeviceSettings of the device flags a script defines (the others keep their
+  defaults). Not yet checked: call check() before writing anything.
+
+  Args:
+    training: whether this run trains; only training runs on several workers.
+
+  Raises:
+    UsageError: malformed worker flags, or several workers for a run that does not train.
+  """
+  flag_values = FLAGS if flag_values is None else flag_values
+  names = ("n_gpus", "towers_per_gpu", "variable_update", "variables_on_gpu", "precision",
+           "use_xla", "pad_to_max_seq_length")
+  fields = {name: getattr(flag_values, name) for name in names if name in flag_values}
+  workers = run_cluster(flag_values)
+  if workers is not None and not training:
+    raise UsageError("--worker_hosts (or TF_CONFIG) is for training (--do_train): evaluate, "
+                     "predict and extract with one process (unset TF_CONFIG if it is set "
+                     "for another job).")
+  return run_settings.DeviceSettings(cluster=workers, **fields)
+
+
+def job_settings(flag_values=None):
+  """The run_settings.JobSettings of the flags a run script defines (the others keep their
+  defaults). Not yet checked: make_run_config() makes the device check."""
+  flag_values = FLAGS if flag_values is None else flag_values
+  do_train = bool(flag_value(flag_values, "do_train"))
+  fields = {name: getattr(flag_values, name) for name in list(run_settings.RUN_DEFAULTS) + [
+      "num_train_epochs", "warmup_proportion", "num_train_steps", "num_warmup_steps"]
+            if name in flag_values}
+  return run_settings.JobSettings(flag_value(flag_values, "output_dir"), do_train,
+                                  device_settings(do_train, flag_values), **fields)
+
+
+def check_positive(names=(), flag_values=None):
   """Raises UsageError unless the integer flags `names`, and the shared ones that must be
   (batch sizes, --save_checkpoints_steps...), are at least 1 wherever the script defines
   them."""
+  flag_values = FLAGS if flag_values is None else flag_values
   for name in tuple(_POSITIVE_FLAGS) + tuple(names):
-    value = run_settings.flag_value(flag_values, name)
+    value = flag_value(flag_values, name)
     if value is not None and value < 1:
       raise UsageError("--%s=%d: it must be at least 1." % (name, value))
 
 
-def check_run_flags(flag_values, positive_flag_names=()):
+def check_run_flags(positive_flag_names=(), flag_values=None):
   """Checks the flags every run script shares, before any work. Raises UsageError.
 
   Args:
-    flag_values: tf.flags.FLAGS.
     positive_flag_names: the script's own integer flags that must be at least 1.
+    flag_values: the flags (tests pass their own), by default tf.flags.FLAGS.
   """
-  if run_settings.flag_value(flag_values, "use_tpu"):
+  flag_values = FLAGS if flag_values is None else flag_values
+  if flag_value(flag_values, "use_tpu"):
     raise UsageError("--use_tpu=true: bert-mgpu does not run on TPUs. Drop --use_tpu and set "
                      "--n_gpus to the GPUs to use.")
-  check_positive(flag_values, positive_flag_names)
-  learning_rate = run_settings.flag_value(flag_values, "learning_rate")
+  check_positive(positive_flag_names, flag_values)
+  learning_rate = flag_value(flag_values, "learning_rate")
   if learning_rate is not None and not (np.isfinite(learning_rate) and learning_rate > 0):
     raise UsageError("--learning_rate=%s: it must be a positive number, e.g. 5e-5." %
                      learning_rate)
-  epochs = run_settings.flag_value(flag_values, "num_train_epochs")
+  epochs = flag_value(flag_values, "num_train_epochs")
   if epochs is not None and not (np.isfinite(epochs) and epochs > 0):
     raise UsageError("--num_train_epochs=%s: it must be a positive number." % epochs)
-  warmup = run_settings.flag_value(flag_values, "warmup_proportion")
+  warmup = flag_value(flag_values, "warmup_proportion")
   if warmup is not None and not 0 <= warmup <= 1:
     raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "
                      "to 1 (e.g. 0.1)." % warmup)
-  if run_settings.flag_value(flag_values, "keep_checkpoint_max", 0) < 0:
+  if flag_value(flag_values, "keep_checkpoint_max", 0) < 0:
     raise UsageError("--keep_checkpoint_max=%d: use 0 (keep all) or more." %
                      flag_values.keep_checkpoint_max)
   if "output_dir" in flag_values and not flag_values.output_dir:
     raise UsageError("--output_dir is required.")
-  workers = run_settings.run_cluster(flag_values)
+  workers = run_cluster(flag_values)
   if workers is not None and not workers.is_chief:
     return  # a non-chief worker reads neither output_dir nor the init checkpoint
   if "output_dir" in flag_values:
@@ -198,7 +261,7 @@ def _check_output_dir(output_dir):
 
 
 def _check_init_checkpoint(flag_values):
-  init_checkpoint = run_settings.flag_value(flag_values, "init_checkpoint")
+  init_checkpoint = flag_value(flag_values, "init_checkpoint")
   if init_checkpoint and not tf.gfile.Exists(init_checkpoint + ".index"):
     raise UsageError("--init_checkpoint=%s: no checkpoint there (expected %s.index). Give the "
                      "path without the .index/.data suffix, e.g. "
@@ -211,26 +274,28 @@ def _check_init_checkpoint(flag_values):
       raise UsageError(str(e))
 
 
-def export_only(flag_values):
+def export_only(flag_values=None):
   """True when a run only exports a trained output_dir (--export_dir and no --do_*)."""
+  flag_values = FLAGS if flag_values is None else flag_values
   return bool(flag_values.export_dir) and not (
       flag_values.do_train or flag_values.do_eval or flag_values.do_predict)
 
 
-def check_actions(flag_values, data_flags):
+def check_actions(data_flags, flag_values=None):
   """The first checks of a script with --do_train/--do_eval/--do_predict/--export_dir:
   something to do, the flags it needs, --export_dir a directory, a sane patience.
 
   Args:
-    flag_values: tf.flags.FLAGS.
     data_flags: the flags that name the data (needed unless the run only exports).
+    flag_values: the flags (tests pass their own), by default tf.flags.FLAGS.
 
   Returns:
-    export_only(flag_values).
+    export_only().
 
   Raises:
     UsageError: the first problem.
   """
+  flag_values = FLAGS if flag_values is None else flag_values
   if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict or
           flag_values.export_dir):
     raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
@@ -248,16 +313,17 @@ def check_actions(flag_values, data_flags):
   return only_export
 
 
-def refuse_unread_flags(flag_values, unread):
+def refuse_unread_flags(unread, flag_values=None):
   """Refuses a flag given on the command line that this run would silently ignore.
 
   Args:
-    flag_values: tf.flags.FLAGS.
     unread: {flag name: the setting under which that flag is read}.
+    flag_values: the flags, by default tf.flags.FLAGS.
 
   Raises:
     UsageError: naming the first such flag.
   """
+  flag_values = FLAGS if flag_values is None else flag_values
   for name in sorted(unread):
     if flag_values[name].present:
       raise UsageError("--%s=%s is read only with %s, which this run does not have: drop "
@@ -273,6 +339,29 @@ def require_file(flag_name, path):
     raise UsageError("--%s=%s: no such file. Check the path." % (flag_name, path))
   if tf.gfile.IsDirectory(path):
     raise UsageError("--%s=%s is a directory: give the file itself." % (flag_name, path))
+
+
+def output_directory(path, flag_name="output_file"):
+  """Checks an output file flag before any work; returns its directory (may not exist yet).
+
+  Raises:
+    UsageError: the flag is missing, remote, a directory, or under a file.
+  """
+  flag = "--%s=%s" % (flag_name, path)
+  if not path:
+    raise UsageError("--%s is required." % flag_name)
+  if "://" in path:
+    raise UsageError("%s: give a local path (the file is written through a local temp file "
+                     "and a rename); copy it after the run." % flag)
+  if os.path.isdir(path):
+    raise UsageError("%s is a directory: give a file path." % flag)
+  directory = os.path.dirname(os.path.abspath(path))
+  parent = directory
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise UsageError("%s: %s is a file, not a directory." % (flag, parent))
+  return directory
 
 
 def load_bert_config(config_file, max_seq_length):

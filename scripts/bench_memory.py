@@ -3,7 +3,7 @@
 
 Each tower count runs in a subprocess of its own, so one run's peak cannot hide in another's.
 The child builds the real pre-training step (multigpu.plan_devices, multigpu.build_training,
-run_pretraining_mgpu.create_model_fn: masked LM with the output weight tied to the word
+bert_mgpu/pretraining/model.py create_model_fn: masked LM with the output weight tied to the word
 embeddings, next sentence), initialises it, and runs a few steps on random features held in
 graph constants (no files needed). It reports:
 
@@ -32,9 +32,9 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_mgpu.pretraining import model as pretraining_model  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 import multigpu  # pylint: disable=wrong-import-position
-import run_pretraining_mgpu  # pylint: disable=wrong-import-position
 
 MIB = float(1 << 20)
 RESULT_PREFIX = "BENCH_MEMORY_RESULT "
@@ -92,7 +92,7 @@ def measure(num_towers, args):
   with tf.Graph().as_default():
     tf.set_random_seed(1)
     features = {name: tf.constant(value) for name, value in random_features(args).items()}
-    ops = multigpu.build_training(plan, run_pretraining_mgpu.create_model_fn(config), features,
+    ops = multigpu.build_training(plan, pretraining_model.create_model_fn(config), features,
                                   1e-4, 1000, 10, optimizer_name=args.optimizer)
     num_params = sum(int(np.prod(v.shape.as_list())) for v in tf.trainable_variables())
     with tf.Session(config=plan.session_config()) as sess:

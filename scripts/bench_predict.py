@@ -362,8 +362,8 @@ def bench_serve(args, model, work):
 def bench_padding(args, model):
   """The Predictor's own graph and session, fed the same sorted batches two ways."""
   import tensorflow.compat.v1 as tf  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.classifier import model as classifier_model  # pylint: disable=import-outside-toplevel
   from bert_mgpu.training import run_settings  # pylint: disable=import-outside-toplevel
-  import run_classifier_mgpu  # pylint: disable=import-outside-toplevel
   from bert_mgpu.data import tfrecord_io  # pylint: disable=import-outside-toplevel
   from bert_mgpu.serving import (  # pylint: disable=import-outside-toplevel
       predictor as serving_predictor)
@@ -371,7 +371,7 @@ def bench_padding(args, model):
   tf.logging.set_verbosity(tf.logging.WARN)
   loaded = serving_predictor.load_export(model["export_dir"])
   predictor = serving_predictor.Predictor(
-      loaded, run_classifier_mgpu.model_fn_of(loaded.files, loaded.bert_config),
+      loaded, classifier_model.model_fn_of(loaded.files, loaded.bert_config),
       run_settings.DeviceSettings().check(), args.batch_size)
   features = predictor.featurize(model["texts"])
   lengths = features.arrays["input_mask"].sum(axis=1)

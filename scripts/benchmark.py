@@ -28,13 +28,13 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_mgpu.classifier import model as classifier_model  # pylint: disable=wrong-import-position
 from bert_mgpu.data import tfrecord_io  # pylint: disable=wrong-import-position
+from bert_mgpu.pretraining import model as pretraining_model  # pylint: disable=wrong-import-position
+from bert_mgpu.squad import model as squad_model  # pylint: disable=wrong-import-position
 from bert_mgpu.training import run_settings  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 import multigpu  # pylint: disable=wrong-import-position
-import run_classifier_mgpu  # pylint: disable=wrong-import-position
-import run_pretraining_mgpu  # pylint: disable=wrong-import-position
-import run_squad_mgpu  # pylint: disable=wrong-import-position
 
 # Distinct synthetic batches, cycled: enough that the input is not one cached tensor.
 NUM_SYNTHETIC_BATCHES = 8
@@ -164,10 +164,10 @@ def profile_step(sess, fetches, steps=3, top_ops=12):
 
 def model_fn_for(task, config):
   if task == "classifier":
-    return run_classifier_mgpu.create_model_fn(config, num_labels=2)
+    return classifier_model.create_model_fn(config, num_labels=2)
   if task == "squad":
-    return run_squad_mgpu.create_model_fn(config)  # no max_seq_length: outputs are not kept
-  return run_pretraining_mgpu.create_model_fn(config)
+    return squad_model.create_model_fn(config)  # no max_seq_length: outputs are not kept
+  return pretraining_model.create_model_fn(config)
 
 
 def measure(args, config, n_gpus):

@@ -109,7 +109,7 @@ def _chunks(items, size):
 class FeaturizingPool(object):
   """The processes that featurize a run's splits, forked once.
 
-  run_classifier_mgpu.py makes it before the device check (prepare_output_dir): forking after
+  The classifier makes it before the device check (task.featurizing_processes): forking after
   TensorFlow has started its GPU runtime (and its threads) is not safe. Each worker builds
   its tokenizer once; examples travel in chunks and come back in input order. With one
   worker, or when no split to featurize (cached ones are not) is large enough to gain from

@@ -191,7 +191,7 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
     export_base: the --export_dir (created if missing).
     files: model_files.ModelFiles of the trained model.
     checkpoint: the weights to export.
-    model_fn: run_classifier_mgpu.create_model_fn(bert_config, num_labels).
+    model_fn: bert_mgpu.classifier.model.create_model_fn(bert_config, num_labels).
     bert_config: the model's BertConfig.
 
   Returns:

@@ -90,7 +90,7 @@ class Predictor(object):
 
     Args:
       model: LoadedModel.
-      model_fn: run_classifier_mgpu.create_model_fn(bert_config, num_labels), or another
+      model_fn: bert_mgpu.classifier.model.create_model_fn(bert_config, num_labels), or another
         model_fn whose `output_name` output is [batch, ...] with a fixed shape after the
         batch (ner_model's pads its outputs back to max_seq_length).
       devices: a checked run_settings.DeviceSettings (towers, precision, XLA, padding).

@@ -216,12 +216,14 @@ def restore(saver, sess, checkpoint, output_dir):
     saver.recover_last_checkpoints(state.all_model_checkpoint_paths)
 
 
-def training_finished(config):
-  """True when output_dir already holds a checkpoint at config.num_train_steps or later."""
+def training_finished(config, log=True):
+  """True when output_dir already holds a checkpoint at config.num_train_steps or later.
+  Logs it unless `log` is False (a caller asking before runner.train, which logs it)."""
   latest = latest_checkpoint(config.output_dir)
   if latest and checkpoint_global_step(latest) >= config.num_train_steps:
-    tf.logging.info("%s is already at step %d of %d: nothing to train.", latest,
-                    checkpoint_global_step(latest), config.num_train_steps)
+    if log:
+      tf.logging.info("%s is already at step %d of %d: nothing to train.", latest,
+                      checkpoint_global_step(latest), config.num_train_steps)
     return True
   return False
 

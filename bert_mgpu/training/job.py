@@ -18,6 +18,7 @@ every run script needs:
 import contextlib
 
 from bert_mgpu.data import output_files
+from bert_mgpu.data import tfrecord_io
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
 
@@ -80,6 +81,23 @@ class Task(object):
 
   def export(self):
     """Exports the trained model to the run's export_dir (when it has one)."""
+
+
+def record_file_inference(config, model_fn, record_files, spec, do_eval, do_predict):
+  """The runner.Inference of a task whose dev and test sets are one TFRecord file each.
+
+  Args:
+    config: RunConfig.
+    model_fn: the task's model function.
+    record_files: dict split ("dev", "test") -> TFRecord path, for the splits asked for.
+    spec: the records' feature spec.
+    do_eval, do_predict: whether the run evaluates (dev) and predicts (test).
+  """
+  def make_dataset(split, batch_size):
+    return lambda: tfrecord_io.make_dataset([record_files[split]], spec, batch_size,
+                                            is_training=False,
+                                            length_multiple=config.length_multiple)
+  return runner.dev_and_test_inference(config, model_fn, make_dataset, do_eval, do_predict)
 
 
 def run_job(task, export_dir=None):

@@ -1,24 +1,26 @@
 # coding=utf-8
-"""Run settings, built from the flags in one place.
+"""Run settings: what a run's command line says, as objects the package takes (the flags
+themselves are read in bert_mgpu/command_line.py only).
 
 - DeviceSettings: where and how the model runs (towers, variable placement, precision, XLA,
   batch padding, the workers of a multi-worker run). Every script that runs the model
-  builds one with device_settings_from_flags() and calls check() before it writes
-  anything: that is where --n_gpus meets the visible GPUs and --precision meets this
-  TensorFlow and these GPUs.
+  gets one (command_line.device_settings()) and calls check() before it writes anything:
+  that is where --n_gpus meets the visible GPUs and --precision meets this TensorFlow and
+  these GPUs.
+- JobSettings: a job's output_dir, devices, batch sizes, schedule and step count.
 - RunConfig: a DeviceSettings plus the batch and step arithmetic of training, made by
-  make_run_config(), which runs the device check.
+  make_run_config(JobSettings), which runs the device check.
 
 multigpu.py makes the device plan; this module only asks it for one.
 """
 
+import collections
 import hashlib
 import os
 import tempfile
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.distributed import cluster
 from bert_mgpu.errors import UsageError
 import multigpu
 
@@ -27,25 +29,6 @@ XLA_LENGTH_MULTIPLE = 16
 
 # global_step is an int64.
 _MAX_STEPS = 2 ** 63 - 1
-
-
-def flag_value(flag_values, name, default=None):
-  """The value of flag `name`, or `default` when the script does not define it."""
-  return getattr(flag_values, name) if name in flag_values else default
-
-
-def run_cluster(flag_values):
-  """The cluster.Cluster of a multi-worker run (--worker_hosts or TF_CONFIG), else None.
-
-  Raises:
-    UsageError: the worker flags are malformed.
-  """
-  if "worker_hosts" not in flag_values:
-    return None
-  try:
-    return cluster.cluster_from_flags(flag_values.worker_hosts, flag_values.task_index)
-  except cluster.ClusterError as e:
-    raise UsageError(str(e))
 
 
 # ---------------------------------------------------------------------------
@@ -162,31 +145,52 @@ class DeviceSettings(object):
     return self
 
 
-def device_settings_from_flags(flag_values, training=False):
-  """The DeviceSettings of the device flags a script defines (the others keep their
-  defaults). Not yet checked: call check() before writing anything.
-
-  Args:
-    flag_values: tf.flags.FLAGS.
-    training: whether this run trains; only training runs on several workers.
-
-  Raises:
-    UsageError: malformed worker flags, or several workers for a run that does not train.
-  """
-  names = ("n_gpus", "towers_per_gpu", "variable_update", "variables_on_gpu", "precision",
-           "use_xla", "pad_to_max_seq_length")
-  fields = {name: getattr(flag_values, name) for name in names if name in flag_values}
-  workers = run_cluster(flag_values)
-  if workers is not None and not training:
-    raise UsageError("--worker_hosts (or TF_CONFIG) is for training (--do_train): evaluate, "
-                     "predict and extract with one process (unset TF_CONFIG if it is set "
-                     "for another job).")
-  return DeviceSettings(cluster=workers, **fields)
-
-
 # ---------------------------------------------------------------------------
 # The run config: one object with the batch and step arithmetic
 # ---------------------------------------------------------------------------
+
+# What a run may set, and the value when it does not (train_batch_size is per tower).
+RUN_DEFAULTS = collections.OrderedDict([
+    ("init_checkpoint", None), ("train_batch_size", 1), ("eval_batch_size", 8),
+    ("predict_batch_size", 8), ("accumulation_steps", 1), ("learning_rate", 5e-5),
+    ("optimizer", "adamw"),
+    # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
+    ("initializer", "truncated_normal"),
+    ("save_checkpoints_steps", 1000), ("keep_checkpoint_max", 5), ("log_steps", 100),
+    ("random_seed", None), ("group_by_length", False),  # group_by_length: training batches
+    ("worker_timeout_secs", 60), ("worker_startup_timeout_secs", 600),
+])
+
+
+class JobSettings(object):
+  """What a run's command line says about the job as a whole: output_dir, whether it
+  trains, the devices, the RUN_DEFAULTS fields and how to count the training steps
+  (command_line.job_settings builds it from the flags). make_run_config() turns it into
+  the RunConfig once the training set's size is known.
+
+  Attributes:
+    output_dir, do_train: the flags.
+    devices: DeviceSettings, not yet checked.
+    num_train_epochs, warmup_proportion: Google's step count (fine-tuning).
+    num_train_steps, num_warmup_steps: given steps (pretraining), else None.
+    and every RUN_DEFAULTS name.
+  """
+
+  def __init__(self, output_dir, do_train=False, devices=None, num_train_epochs=3.0,
+               warmup_proportion=0.1, num_train_steps=None, num_warmup_steps=None, **fields):
+    unknown = set(fields) - set(RUN_DEFAULTS)
+    if unknown:
+      raise TypeError("unknown JobSettings fields: %s" % sorted(unknown))
+    self.output_dir = output_dir
+    self.do_train = do_train
+    self.devices = devices or DeviceSettings()
+    self.num_train_epochs = num_train_epochs
+    self.warmup_proportion = warmup_proportion
+    self.num_train_steps = num_train_steps
+    self.num_warmup_steps = num_warmup_steps
+    for name, default in RUN_DEFAULTS.items():
+      setattr(self, name, fields.get(name, default))
+
 
 class RunConfig(object):
   """What the loop needs to know about a run, built from the flags by make_run_config().
@@ -206,30 +210,20 @@ class RunConfig(object):
                        "precision", "use_xla", "pad_to_max_seq_length", "cluster", "plan")
       devices = DeviceSettings(**{k: fields.pop(k) for k in device_fields if k in fields})
     self.devices = devices
-    self.init_checkpoint = fields.pop("init_checkpoint", None)
-    self.worker_timeout_secs = fields.pop("worker_timeout_secs", 60)
-    self.worker_startup_timeout_secs = fields.pop("worker_startup_timeout_secs", 600)
-    self.train_batch_size = fields.pop("train_batch_size", 1)  # per tower
-    self.accumulation_steps = fields.pop("accumulation_steps", 1)
+    unknown = set(fields) - set(RUN_DEFAULTS) - {"num_train_steps", "num_warmup_steps",
+                                                 "train_data_description"}
+    if unknown:
+      raise TypeError("unknown RunConfig fields: %s" % sorted(unknown))
+    for name, default in RUN_DEFAULTS.items():
+      setattr(self, name, fields.get(name, default))
     self.micro_batch_size = self.train_batch_size * self.num_towers * self.num_workers
     self.global_batch_size = self.micro_batch_size * self.accumulation_steps
-    self.global_eval_batch_size = fields.pop("eval_batch_size", 8) * self.num_towers
-    self.global_predict_batch_size = fields.pop("predict_batch_size", 8) * self.num_towers
-    self.num_train_steps = fields.pop("num_train_steps", 0)
-    self.num_warmup_steps = fields.pop("num_warmup_steps", 0)
-    self.learning_rate = fields.pop("learning_rate", 5e-5)
-    self.optimizer = fields.pop("optimizer", "adamw")
-    # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
-    self.initializer = fields.pop("initializer", "truncated_normal")
-    self.save_checkpoints_steps = fields.pop("save_checkpoints_steps", 1000)
-    self.keep_checkpoint_max = fields.pop("keep_checkpoint_max", 5)
-    self.log_steps = fields.pop("log_steps", 100)
-    self.random_seed = fields.pop("random_seed", None)
-    self.group_by_length = fields.pop("group_by_length", False)  # training batches
+    self.global_eval_batch_size = self.eval_batch_size * self.num_towers
+    self.global_predict_batch_size = self.predict_batch_size * self.num_towers
+    self.num_train_steps = fields.get("num_train_steps", 0)
+    self.num_warmup_steps = fields.get("num_warmup_steps", 0)
     # A description of the training data for the start-of-run log ("800 training examples").
-    self.train_data_description = fields.pop("train_data_description", None)
-    if fields:
-      raise TypeError("unknown RunConfig fields: %s" % sorted(fields))
+    self.train_data_description = fields.get("train_data_description")
 
   # The device facts the loop and the scripts read most, without `.devices`.
   cluster = property(lambda self: self.devices.cluster)
@@ -272,16 +266,16 @@ class RunConfig(object):
     return lines + [steps] + self.plan.describe()
 
 
-def _training_steps(config, flag_values, num_train_examples, example_noun):
-  """Sets config's steps from --num_train_steps/--num_warmup_steps when the script has them
+def _training_steps(config, job, num_train_examples, example_noun):
+  """Sets config's steps from the job's num_train_steps/num_warmup_steps when it has them
   (pretraining), else as Google's scripts count them. Raises UsageError."""
-  if "num_train_steps" in flag_values:
-    config.num_train_steps = flag_values.num_train_steps
-    config.num_warmup_steps = flag_values.num_warmup_steps
+  if job.num_train_steps is not None:
+    config.num_train_steps = job.num_train_steps
+    config.num_warmup_steps = job.num_warmup_steps
     return
-  epochs = flag_values.num_train_epochs
+  epochs = job.num_train_epochs
   config.num_train_steps = int(num_train_examples * epochs / config.global_batch_size)
-  config.num_warmup_steps = int(config.num_train_steps * flag_values.warmup_proportion)
+  config.num_warmup_steps = int(config.num_train_steps * job.warmup_proportion)
   if config.num_train_steps > _MAX_STEPS:
     raise UsageError("--num_train_epochs=%g: %d %s x %g epochs is %d steps, more than "
                      "global_step can count (%d). Give a realistic number of epochs." %
@@ -295,40 +289,34 @@ def _training_steps(config, flag_values, num_train_examples, example_noun):
                                                          epochs)
 
 
-def planned_cache_dir(flag_values):
+def planned_cache_dir(job):
   """The cache_dir make_run_config() will give, known before the device check (to decide
-  whether to fork featurizing processes): output_dir and the worker flags alone decide it,
-  and reading them starts no TensorFlow runtime."""
-  return RunConfig(flag_value(flag_values, "output_dir"),
-                   cluster=run_cluster(flag_values)).cache_dir
+  whether to fork featurizing processes): output_dir and the workers alone decide it, and
+  reading them starts no TensorFlow runtime."""
+  return RunConfig(job.output_dir, cluster=job.devices.cluster).cache_dir
 
 
-def make_run_config(flag_values, num_train_examples=None, example_noun="training examples"):
-  """The RunConfig of a run, from the flags: the one place for batch and step arithmetic.
+def make_run_config(job, num_train_examples=None, example_noun="training examples"):
+  """The RunConfig of a run: the one place for batch and step arithmetic.
 
   Also the run's last check before it writes: the device plan and the precision
   (DeviceSettings.check()). Call it before claiming output_dir.
 
-  Steps come from --num_train_steps and --num_warmup_steps when the script has them
-  (pretraining), otherwise as Google's scripts count them: int(examples x epochs / global
-  batch) and int(steps x warmup_proportion).
+  Steps are the job's num_train_steps and num_warmup_steps when it has them (pretraining),
+  otherwise as Google's scripts count them: int(examples x epochs / global batch) and
+  int(steps x warmup_proportion).
 
   Args:
-    flag_values: tf.flags.FLAGS, already checked by command_line.check_run_flags().
-    num_train_examples: examples (SQuAD: questions) in the training set, with --do_train.
+    job: JobSettings, from flags already checked by command_line.check_run_flags().
+    num_train_examples: examples (SQuAD: questions) in the training set, when training.
     example_noun: what they are, for the messages.
 
   Raises:
     UsageError: the training set is less than one global batch, or the devices refuse.
   """
-  do_train = flag_value(flag_values, "do_train")
-  devices = device_settings_from_flags(flag_values, training=do_train).check()
-  fields = {name: getattr(flag_values, name) for name in (
-      "init_checkpoint", "train_batch_size", "eval_batch_size", "predict_batch_size",
-      "accumulation_steps", "learning_rate", "optimizer", "initializer", "save_checkpoints_steps",
-      "keep_checkpoint_max", "log_steps", "random_seed", "group_by_length",
-      "worker_timeout_secs", "worker_startup_timeout_secs") if name in flag_values}
-  config = RunConfig(flag_value(flag_values, "output_dir"), devices=devices, **fields)
-  if do_train:
-    _training_steps(config, flag_values, num_train_examples, example_noun)
+  devices = job.devices.check()
+  config = RunConfig(job.output_dir, devices=devices,
+                     **{name: getattr(job, name) for name in RUN_DEFAULTS})
+  if job.do_train:
+    _training_steps(config, job, num_train_examples, example_noun)
   return config

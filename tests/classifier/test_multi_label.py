@@ -32,6 +32,8 @@ from bert_mgpu.classifier import feature_cache
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import featurizing_pool
 from bert_mgpu.classifier import input_examples
+from bert_mgpu.classifier import model as classifier_model
+from bert_mgpu.classifier import predictions
 from bert_mgpu.classifier import tasks
 from bert_mgpu.training import checkpoints
 import cli
@@ -40,7 +42,6 @@ import modeling
 import multigpu
 import numpy_bert
 from bert_mgpu.serving import model_inputs
-import run_classifier_mgpu
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines, write_text
@@ -328,7 +329,7 @@ def test_sigmoid_head_gives_numpy_probabilities_and_binary_cross_entropy():
   config = modeling.BertConfig.from_dict(HEAD_CONFIG)
   with tf.Graph().as_default():
     features = {name: tf.constant(value) for name, value in batch.items()}
-    outputs = run_classifier_mgpu.create_model_fn(config, HEAD_LABELS, multi_label=True)(
+    outputs = classifier_model.create_model_fn(config, HEAD_LABELS, multi_label=True)(
         features, False)
     shapes = dict((v.op.name, v.shape.as_list()) for v in tf.trainable_variables())
     with tf.Session() as sess:
@@ -356,7 +357,7 @@ def test_sigmoid_head_without_labels_returns_only_probabilities():
   with tf.Graph().as_default():
     features = {name: tf.constant(batch[name])
                 for name in ("input_ids", "input_mask", "segment_ids")}
-    outputs = run_classifier_mgpu.create_model_fn(config, HEAD_LABELS, True)(features, False)
+    outputs = classifier_model.create_model_fn(config, HEAD_LABELS, True)(features, False)
     assert sorted(outputs) == ["probabilities"]
     assert outputs["probabilities"].shape.as_list() == [3, HEAD_LABELS]
 
@@ -369,7 +370,7 @@ def one_update(num_towers, batch, initial):
     plan = multigpu.plan_devices(num_towers, visible_gpus=0)
     placeholders = {name: tf.placeholder(tf.int32, [None] + list(value.shape[1:]), name=name)
                     for name, value in batch.items()}
-    model_fn = run_classifier_mgpu.create_model_fn(config, HEAD_LABELS, multi_label=True)
+    model_fn = classifier_model.create_model_fn(config, HEAD_LABELS, multi_label=True)
     ops = multigpu.build_training(plan, model_fn, placeholders, 1e-3, 10, 0, "adamw")
     sync = multigpu.build_start_sync(plan)
     trainable = set(v.op.name for v in tf.trainable_variables())
@@ -550,8 +551,8 @@ def test_predict_outputs_in_label_list_order_with_empty_lines(tmp_path):
                             [0.2, 0.3, 0.4],    # none reaches its threshold: empty
                             [0.5, 0.6, 0.59]],  # exactly at a's threshold: a;b
                            np.float32)
-  run_classifier_mgpu.write_predict_outputs(str(tmp_path), examples, probabilities,
-                                            ["a", "b", "c"], np.array([0.5, 0.6, 0.6]), ";")
+  predictions.write_predict_outputs(str(tmp_path), examples, probabilities,
+                                    ["a", "b", "c"], np.array([0.5, 0.6, 0.6]), ";")
   assert read_lines(str(tmp_path / "predict.txt")) == ["a;c", "", "a;b"]
   np.testing.assert_array_equal(
       read_probabilities(str(tmp_path / "test_results.tsv")), probabilities)

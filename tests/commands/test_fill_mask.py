@@ -15,7 +15,7 @@ import fill_mask
 import modeling
 import numpy_bert
 from bert_mgpu.errors import UsageError
-import run_pretraining_mgpu
+from bert_mgpu.pretraining import model as pretraining_model
 import tokenization
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -58,7 +58,7 @@ def model(tmp_path_factory):
     features = {name: tf.zeros([1, 4], tf.int32) for name in (
         "input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids")}
     features["masked_lm_weights"] = tf.zeros([1, 4])
-    run_pretraining_mgpu.create_model_fn(config, next_sentence=False)(features, False)
+    pretraining_model.create_model_fn(config, next_sentence=False)(features, False)
     variables = tf.global_variables()
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())

@@ -5,10 +5,10 @@ features alone (what the benchmark, the export and the predictor need)."""
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.classifier import model as classifier_model
+from bert_mgpu.pretraining import model as pretraining_model
+from bert_mgpu.squad import model as squad_model
 import modeling
-import run_classifier_mgpu
-import run_pretraining_mgpu
-import run_squad_mgpu
 
 CONFIG = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
                              num_attention_heads=2, intermediate_size=32,
@@ -40,7 +40,7 @@ def test_importing_the_scripts_defines_no_flags():
 
 def test_classifier_head_predicts_without_labels():
   with tf.Graph().as_default():
-    model_fn = run_classifier_mgpu.create_model_fn(CONFIG, num_labels=3)
+    model_fn = classifier_model.create_model_fn(CONFIG, num_labels=3)
     outputs = model_fn(text_features(with_labels=False), False)
     assert sorted(outputs) == ["probabilities"]
     values = run(outputs)
@@ -50,7 +50,7 @@ def test_classifier_head_predicts_without_labels():
 
 def test_classifier_head_with_labels_has_a_loss():
   with tf.Graph().as_default():
-    outputs = run_classifier_mgpu.create_model_fn(CONFIG, 3)(text_features(True), True)
+    outputs = classifier_model.create_model_fn(CONFIG, 3)(text_features(True), True)
     values = run(outputs)
   assert np.isfinite(values["loss"]) and values["per_example_loss"].shape == (BATCH,)
   np.testing.assert_allclose(values["loss"], values["per_example_loss"].mean(), rtol=1e-5)
@@ -59,7 +59,7 @@ def test_classifier_head_with_labels_has_a_loss():
 def test_squad_and_pretraining_heads_build():
   with tf.Graph().as_default():
     features = dict(text_features(False), unique_ids=tf.constant([1, 2, 3], tf.int32))
-    squad = run(run_squad_mgpu.create_model_fn(CONFIG)(features, False))
+    squad = run(squad_model.create_model_fn(CONFIG)(features, False))
   assert squad["start_logits"].shape == squad["end_logits"].shape == (BATCH, SEQ)
   assert "loss" not in squad
   with tf.Graph().as_default():
@@ -68,5 +68,5 @@ def test_squad_and_pretraining_heads_build():
                     masked_lm_ids=tf.constant([[4, 5]] * BATCH, tf.int32),
                     masked_lm_weights=tf.ones([BATCH, 2]),
                     next_sentence_labels=tf.constant([[0], [1], [0]], tf.int32))
-    pretraining = run(run_pretraining_mgpu.create_model_fn(CONFIG)(features, True))
+    pretraining = run(pretraining_model.create_model_fn(CONFIG)(features, True))
   assert np.isfinite(pretraining["loss"])

@@ -1,5 +1,6 @@
 # coding=utf-8
-"""Tests of run_pretraining_mgpu.py: end to end on a tiny BERT, and the heads against NumPy.
+"""Tests of run_pretraining_mgpu.py: end to end on a tiny BERT, and the heads
+(bert_mgpu/pretraining/model.py) against NumPy.
 
 The corpus is made of runs of consecutive words from a fixed cycle, so a masked word is
 determined by its neighbours and a tiny BERT learns it in a few hundred steps. With no GPU,
@@ -21,10 +22,10 @@ import modeling
 import multigpu
 import numpy_bert
 from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import model as pretraining_model
 from bert_mgpu.pretraining import pipeline
 from bert_mgpu.pretraining import records as pretraining_data
 import optimization
-import run_pretraining_mgpu
 
 NUM_WORDS = 24
 MAX_SEQ_LENGTH = 32
@@ -105,7 +106,7 @@ def workspace(tmp_path_factory):
     spec = pretraining_data.input_feature_spec(MAX_SEQ_LENGTH, MAX_PREDICTIONS)
     features = {name: tf.zeros([2] + s.shape, tf.float32 if s.dtype == tf.float32
                                else tf.int32) for name, s in spec.items()}
-    run_pretraining_mgpu.create_model_fn(bert_config)(features, False)
+    pretraining_model.create_model_fn(bert_config)(features, False)
     saver = tf.train.Saver()
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())
@@ -281,7 +282,7 @@ def test_loss_matches_numpy(workspace):
     tf.set_random_seed(5)
     tensors = {k: tf.constant(v.astype(np.float32 if v.dtype == np.float32 else np.int32))
                for k, v in features.items()}
-    outputs = run_pretraining_mgpu.create_model_fn(config)(tensors, False)
+    outputs = pretraining_model.create_model_fn(config)(tensors, False)
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())
       loss, values = sess.run(outputs["loss"], {}), sess.run(
@@ -366,7 +367,7 @@ def word_embedding_gradient(num_towers, initial_values=None):
     # Records the pairs build_training hands the optimizer; the update itself is unchanged.
     with pytest.MonkeyPatch.context() as patch:
       patch.setattr(optimization, "apply_gradients", recording_apply)
-      ops = multigpu.build_training(plan, run_pretraining_mgpu.create_model_fn(config),
+      ops = multigpu.build_training(plan, pretraining_model.create_model_fn(config),
                                     features, 1e-3, 10, 0, optimizer_name="adamw")
     assert ops.accumulate_op is None and len(received) == 1
     grads = {var.op.name: grad for grad, var in received[0]}

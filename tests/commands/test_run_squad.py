@@ -30,11 +30,11 @@ import sys
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.squad import model as squad_model
 import cli
 from cli import assert_succeeded
 import modeling
 import reference_tokenizer
-import run_squad_mgpu
 
 MAKE_DATA = cli.script_path(os.path.join("scripts", "make_squad_data.py"))
 
@@ -278,7 +278,7 @@ def write_fresh_checkpoint(config_file, path, seed):
     features = dict((name, tf.zeros([1, MAX_SEQ_LENGTH], tf.int32))
                     for name in ("input_ids", "input_mask", "segment_ids"))
     features["unique_ids"] = tf.zeros([1], tf.int32)
-    run_squad_mgpu.create_model_fn(config)(features, False)
+    squad_model.create_model_fn(config)(features, False)
     saver = tf.train.Saver()
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())

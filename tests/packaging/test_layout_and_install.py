@@ -137,7 +137,7 @@ def test_data_modules_import_without_the_training_stack():
           "import bert_mgpu.classifier, bert_mgpu.ner\n"
           "for package in (bert_mgpu.classifier, bert_mgpu.ner):\n"
           "  for name in __import__('pkgutil').iter_modules(package.__path__):\n"
-          "    if name.name not in ('model', 'serving', 'crf'):\n"
+          "    if name.name not in ('model', 'serving', 'crf', 'task'):\n"
           "      __import__(package.__name__ + '.' + name.name)\n"
           "print(sorted(m for m in ('multigpu', 'bert_mgpu.distributed.cluster', "
           "'bert_mgpu.training.runner', 'bert_mgpu.distributed.peers', "
@@ -215,3 +215,89 @@ def test_no_test_file_imports_another():
         importing.extend("%s:%d imports %s" % (os.path.relpath(path, REPO_DIR), node.lineno, m)
                          for m in modules if m.split(".")[0].startswith("test_"))
   assert not importing, "move what they import to tests/helpers/: " + ", ".join(importing)
+
+
+# ---------------------------------------------------------------------------
+# One unit per task: tools never import a run script, flags stay at the edge
+# ---------------------------------------------------------------------------
+
+RUN_SCRIPTS = tuple(name for name in COMMANDS if name.startswith("run_"))
+# Where flag values may be read: the commands and the one command-line module.
+FLAG_READERS = tuple(name + ".py" for name in COMMANDS) + (
+    os.path.join(PACKAGE, "command_line.py"),)
+
+
+def imported_modules(tree):
+  """The top-level names of the modules a parsed file imports."""
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(alias.name.split(".")[0] for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names.add(node.module.split(".")[0])
+  return names
+
+
+def parse(path):
+  with open(os.path.join(REPO_DIR, path), encoding="utf-8") as f:
+    return ast.parse(f.read(), path)
+
+
+def run_script_imports(path):
+  """The run scripts a file imports other than itself."""
+  own = os.path.splitext(os.path.basename(path))[0]
+  return sorted(imported_modules(parse(path)) & (set(RUN_SCRIPTS) - {own}))
+
+
+def flag_reads(path):
+  """Lines where a file names FLAGS (tf.flags.FLAGS included)."""
+  lines = []
+  for node in ast.walk(parse(path)):
+    if isinstance(node, ast.Name) and node.id == "FLAGS":
+      lines.append(node.lineno)
+    elif isinstance(node, ast.Attribute) and node.attr == "FLAGS":  # tf.flags.FLAGS
+      lines.append(node.lineno)
+  return sorted(set(lines))
+
+
+def flags_passed_into_calls(path):
+  """Lines where FLAGS itself is an argument of a call (reading one value with getattr is
+  not passing the flags on)."""
+  lines = []
+  for node in ast.walk(parse(path)):
+    if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and
+                                           node.func.id in ("getattr", "hasattr")):
+      arguments = list(node.args) + [keyword.value for keyword in node.keywords]
+      if any(isinstance(a, ast.Name) and a.id == "FLAGS" for a in arguments):
+        lines.append(node.lineno)
+  return lines
+
+
+def test_no_module_imports_another_run_script():
+  offenders = ["%s imports %s" % (path, ", ".join(run_script_imports(path)))
+               for path in source_files() if run_script_imports(path)]
+  assert not offenders, "take it from the task unit in bert_mgpu/: " + "; ".join(offenders)
+
+
+def test_flags_are_read_only_in_the_commands_and_the_command_line_module():
+  offenders = ["%s line %s" % (path, flag_reads(path)[0]) for path in source_files()
+               if path not in FLAG_READERS and flag_reads(path)]
+  assert not offenders, "read the flags in the command: " + ", ".join(offenders)
+  passed = ["%s line %s" % (path, flags_passed_into_calls(path)[0]) for path in source_files()
+            if flags_passed_into_calls(path)]
+  assert not passed, "pass values or a settings object, not the flags: " + ", ".join(passed)
+
+
+def test_the_scans_see_what_they_look_for(tmp_path, monkeypatch):
+  """Each scan finds its offence in a file written to break it."""
+  (tmp_path / "bert_mgpu").mkdir()
+  (tmp_path / "bert_mgpu" / "tool.py").write_text(
+      u"import run_squad_mgpu\nfrom absl import flags\nFLAGS = flags.FLAGS\n"
+      u"def f():\n  return helper(FLAGS)\n", encoding="utf-8")
+  (tmp_path / "run_squad_mgpu.py").write_text(u"import run_squad_mgpu\n", encoding="utf-8")
+  monkeypatch.setattr(__import__(__name__), "REPO_DIR", str(tmp_path))
+  tool = os.path.join("bert_mgpu", "tool.py")
+  assert run_script_imports(tool) == ["run_squad_mgpu"]
+  assert run_script_imports("run_squad_mgpu.py") == []  # a script may import itself
+  assert flag_reads(tool) == [3, 5]
+  assert flags_passed_into_calls(tool) == [5]

@@ -18,10 +18,11 @@ import tensorflow.compat.v1 as tf
 import cli
 from bert_mgpu.errors import UsageError
 from bert_mgpu.pretraining import data_settings
+from bert_mgpu.pretraining import model as pretraining_model
 from bert_mgpu.pretraining import pipeline
 from bert_mgpu.pretraining import records as pretraining_data
+from bert_mgpu.pretraining import task as pretraining_task
 import modeling
-import run_pretraining_mgpu
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CHARS = list("今天气很好我们去公园玩北京是首都的人民爱中国")
@@ -245,7 +246,7 @@ def save_checkpoint(path, next_sentence, masked_lm=True):
                                                    next_sentence)
     features = {name: tf.zeros([2] + s.shape, tf.float32 if s.dtype == tf.float32
                                else tf.int32) for name, s in spec.items()}
-    run_pretraining_mgpu.create_model_fn(config, next_sentence)(features, False)
+    pretraining_model.create_model_fn(config, next_sentence)(features, False)
     variables = [v for v in tf.global_variables()
                  if masked_lm or not v.op.name.startswith("cls/predictions")]
     with tf.Session() as sess:
@@ -333,7 +334,7 @@ def test_init_checkpoint_without_masked_lm_head_is_reported(workspace, caplog):
   logger.addHandler(caplog.handler)
   try:
     with caplog.at_level(logging.INFO, logger="tensorflow"):
-      run_pretraining_mgpu.describe_init_checkpoint(path, next_sentence=False)
+      pretraining_task.describe_init_checkpoint(path, next_sentence=False)
   finally:
     logger.removeHandler(caplog.handler)
   text = caplog.text

@@ -7,11 +7,11 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu.pretraining import model as pretraining_model
+from bert_mgpu.squad import model as squad_model
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
 import modeling
-import run_pretraining_mgpu
-import run_squad_mgpu
 from tiny_model import (FEATURE_SPEC, SEQ, TINY_CONFIG, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
                         write_records)
 
@@ -100,7 +100,7 @@ def test_pretraining_loss_is_the_same_with_the_batch_cut_to_its_longest():
                   masked_lm_ids=rng.randint(1, 40, size=[4, 2]).astype(np.int32),
                   masked_lm_weights=np.array([[1, 0], [1, 1], [1, 1], [1, 0]], np.float32),
                   next_sentence_labels=np.array([[0], [1], [1], [0]], np.int32))
-  model_fn = run_pretraining_mgpu.create_model_fn(TINY_CONFIG)
+  model_fn = pretraining_model.create_model_fn(TINY_CONFIG)
   longest = features["input_mask"].sum(axis=1).max()
   full, cut = model_outputs(model_fn, features, SEQ), model_outputs(model_fn, features, longest)
   assert longest < SEQ
@@ -116,7 +116,7 @@ def test_squad_span_loss_ignores_padding_so_cutting_changes_nothing():
   features.update(unique_ids=np.arange(4, dtype=np.int32),
                   start_positions=np.array([1, 0, 1, 1], np.int32),
                   end_positions=np.array([1, 1, 1, 1], np.int32))
-  model_fn = run_squad_mgpu.create_model_fn(TINY_CONFIG, max_seq_length=SEQ)
+  model_fn = squad_model.create_model_fn(TINY_CONFIG, max_seq_length=SEQ)
   longest = features["input_mask"].sum(axis=1).max()
   full, cut = model_outputs(model_fn, features, SEQ), model_outputs(model_fn, features, longest)
   np.testing.assert_allclose(cut["loss"], full["loss"], rtol=1e-5)
@@ -125,7 +125,7 @@ def test_squad_span_loss_ignores_padding_so_cutting_changes_nothing():
   real = features["input_mask"].astype(bool)
   np.testing.assert_allclose(cut["start_logits"][real], full["start_logits"][real], rtol=1e-5,
                              atol=1e-5)
-  assert np.all(full["start_logits"][~real] <= run_squad_mgpu.PADDING_LOGIT + 1.0)
+  assert np.all(full["start_logits"][~real] <= squad_model.PADDING_LOGIT + 1.0)
 
 
 @pytest.mark.parametrize("seq_length", [5, 8])

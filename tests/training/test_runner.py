@@ -149,6 +149,11 @@ class FakeFlags(object):
     return name in self.__dict__
 
 
+def job_of(flag_values):
+  """The JobSettings the command-line module reads from these flags."""
+  return command_line.job_settings(flag_values)
+
+
 def classifier_flags(**overrides):
   values = dict(output_dir="out", init_checkpoint=None, n_gpus=2, towers_per_gpu=2,
                 variables_on_gpu=False, train_batch_size=4, accumulation_steps=3,
@@ -161,30 +166,32 @@ def classifier_flags(**overrides):
 
 
 def test_run_config_does_the_batch_and_step_arithmetic_once():
-  config = run_settings.make_run_config(classifier_flags(), num_train_examples=1000)
+  config = run_settings.make_run_config(job_of(classifier_flags()), num_train_examples=1000)
   assert config.num_towers == 4
   assert config.micro_batch_size == 16 and config.global_batch_size == 48
   assert config.global_eval_batch_size == 20 and config.global_predict_batch_size == 24
   assert config.num_train_steps == 41  # int(1000 x 2 / 48)
   assert config.num_warmup_steps == 4
   # Pretraining counts steps itself.
-  pretraining = run_settings.make_run_config(classifier_flags(num_train_steps=7, num_warmup_steps=2))
+  pretraining = run_settings.make_run_config(job_of(classifier_flags(num_train_steps=7,
+                                                                 num_warmup_steps=2)))
   assert (pretraining.num_train_steps, pretraining.num_warmup_steps) == (7, 2)
   # Without --do_train there are no steps to count, and no training set is needed.
-  assert run_settings.make_run_config(classifier_flags(do_train=False)).num_train_steps == 0
+  assert run_settings.make_run_config(job_of(classifier_flags(do_train=False))).num_train_steps == 0
 
 
 def test_less_than_one_global_batch_is_a_usage_error():
   with pytest.raises(errors.UsageError, match=r"^47 training questions x 1 epochs is less "
                      r"than one global batch of 48: lower --train_batch_size"):
-    run_settings.make_run_config(classifier_flags(num_train_epochs=1.0), num_train_examples=47,
+    run_settings.make_run_config(job_of(classifier_flags(num_train_epochs=1.0)),
+                                 num_train_examples=47,
                                  example_noun="training questions")
 
 
 def test_a_script_without_predict_flags_gets_the_default_batch():
   values = classifier_flags()
   del values.__dict__["predict_batch_size"]
-  config = run_settings.make_run_config(values, num_train_examples=1000)
+  config = run_settings.make_run_config(job_of(values), num_train_examples=1000)
   assert config.global_predict_batch_size == 8 * config.num_towers
 
 

@@ -1,0 +1,92 @@
+# coding=utf-8
+"""The classifier's head: BERT's pooled output, a softmax over the labels (Google's) or one
+sigmoid per label (--multi_label), and its loss.
+
+run_classifier_mgpu.py trains it (bert_mgpu/classifier/task.py); predict_text.py, the
+export (bert_mgpu/serving/export.py) and the benchmarks build it from a trained model's
+files (model_fn_of).
+"""
+
+import contextlib
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.classifier import long_text
+from bert_mgpu.classifier import multi_label as multi_label_lib
+import modeling
+
+# The variable scope of the multi-label head (docs/FORMATS.md): its variables differ in name
+# from the softmax head's, so neither kind of checkpoint loads silently into the other.
+MULTI_LABEL_SCOPE = "multi_label"
+
+
+def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=None):
+  """Returns model_fn(features, is_training): BERT + a classifier head on the pooled output.
+
+  With window_pooling ("max" or "mean", --long_text=windows) the inputs are
+  [batch, windows, seq]: every window goes through BERT and the windows' pooled vectors of a
+  document are combined into one (long_text.pool_windows) before the one head.
+
+  One label per example: Google's softmax head, with Google's top-level `output_weights`
+  [num_labels, hidden] and `output_bias` [num_labels], so checkpoints load in Google's
+  run_classifier.py. With multi_label: one sigmoid per label, variables
+  `multi_label/output_weights` and `multi_label/output_bias`, the loss the binary
+  cross-entropy averaged over the labels (as PyTorch's BCEWithLogitsLoss) and then over the
+  examples. Without a "label_ids" feature (serving), the model returns only the
+  probabilities.
+  """
+  def model_fn(features, is_training):
+    if window_pooling:
+      pooled = long_text.pooled_output_of_windows(bert_config, features, is_training,
+                                                  window_pooling)
+    else:
+      model = modeling.BertModel(
+          config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+          input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
+      pooled = model.get_pooled_output()  # [batch, hidden]
+    with (tf.variable_scope(MULTI_LABEL_SCOPE) if multi_label else contextlib.nullcontext()):
+      output_weights = tf.get_variable(
+          "output_weights", [num_labels, bert_config.hidden_size],
+          initializer=modeling.create_initializer(0.02))
+      output_bias = tf.get_variable("output_bias", [num_labels],
+                                    initializer=tf.zeros_initializer())
+    if is_training:
+      pooled = modeling.dropout(pooled, bert_config.hidden_dropout_prob)
+    # [batch, num_labels]; probabilities and the loss in float32 whatever the precision.
+    logits = tf.cast(tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
+                                    output_bias), tf.float32)
+    outputs = {"probabilities": tf.sigmoid(logits) if multi_label else tf.nn.softmax(logits)}
+    if "label_ids" in features:
+      per_example_loss = _per_example_loss(logits, features["label_ids"], multi_label)
+      outputs.update(loss=tf.reduce_mean(per_example_loss), per_example_loss=per_example_loss,
+                     label_ids=features["label_ids"])
+    return outputs
+  return model_fn
+
+
+def _per_example_loss(logits, label_ids, multi_label):
+  """[batch]: the cross-entropy of float32 logits [batch, labels] against label ids [batch],
+  or, multi-label, the binary cross-entropy against multi-hot [batch, labels] averaged over
+  the labels."""
+  if multi_label:
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(label_ids, tf.float32), logits=logits), axis=-1)
+  one_hot_labels = tf.one_hot(label_ids, depth=logits.shape[-1], dtype=tf.float32)
+  return -tf.reduce_sum(one_hot_labels * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def model_fn_of(files, bert_config):
+  """The model_fn of a trained model's model_files.ModelFiles (single- or multi-label, windows
+  or not)."""
+  settings = files.settings
+  return create_model_fn(bert_config, len(files.labels),
+                         bool(settings.get("multi_label", False)),
+                         settings.get("window_pooling") if settings.get("long_text") ==
+                         "windows" else None)
+
+
+def check_head(checkpoint, is_multi_label):
+  """Refuses a fine-tuned checkpoint whose head is the other kind's (multi_label.check_head)."""
+  multi_label_lib.check_head(
+      checkpoint, [name for name, _ in tf.train.list_variables(checkpoint)], is_multi_label,
+      MULTI_LABEL_SCOPE)

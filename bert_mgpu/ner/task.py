@@ -1,0 +1,252 @@
+# coding=utf-8
+"""The NER task unit: run_ner_mgpu.py's job as a job.Task (bert_mgpu/training/job.py).
+
+- NerSettings: the task's options (the command builds it from its flags).
+- NerTask: reads the splits and the tag list (bert_mgpu/ner/splits.py), featurizes the
+  training split first (the steps count training windows), writes the tag list and the
+  model files, every split's windows (on every run, no cache), trains the head of
+  bert_mgpu/ner/model.py, then scores the dev set and writes the predictions.
+- export_model(): the SavedModel export of a trained output_dir (ner/serving.py).
+
+Outputs in output_dir: labels.txt, eval_results.txt, eval_report.txt and .json, predict.txt
+(conll) or predict.json (cluener), predict_entities.jsonl.
+"""
+
+import os
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu import command_line
+from bert_mgpu.data import length_grouping
+from bert_mgpu.data import output_files
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.ner import splits as ner_splits
+from bert_mgpu.ner import tag_labels
+from bert_mgpu.ner import writers
+from bert_mgpu.serving import model_files
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import job
+from bert_mgpu.training import phases
+from bert_mgpu.training import runner
+
+
+class NerSettings(object):
+  """The options of an NER run (run_ner_mgpu.py's flags of the same names).
+
+  Attributes:
+    data_dir, data_format: the data ("conll", "cluener" or "auto").
+    vocab_file, bert_config_file, do_lower_case: the pre-trained model's files.
+    max_seq_length, doc_stride: the windows of a sentence.
+    use_crf: a linear-chain CRF head instead of a softmax per token.
+    do_eval, do_predict: score the dev set, predict the test set.
+    best_metric, early_stopping_patience: the dev metric whose best checkpoint is kept,
+      and the evaluations without a better one after which training stops (0: never).
+    export_dir: where the trained model is exported, or None.
+  """
+
+  def __init__(self, data_dir, vocab_file, bert_config_file, data_format="auto",
+               do_lower_case=True, max_seq_length=128, doc_stride=64, use_crf=False,
+               do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0,
+               export_dir=None):
+    self.data_dir = data_dir
+    self.data_format = data_format
+    self.vocab_file = vocab_file
+    self.bert_config_file = bert_config_file
+    self.do_lower_case = do_lower_case
+    self.max_seq_length = max_seq_length
+    self.doc_stride = doc_stride
+    self.use_crf = use_crf
+    self.do_eval = do_eval
+    self.do_predict = do_predict
+    self.best_metric = best_metric
+    self.early_stopping_patience = early_stopping_patience
+    self.export_dir = export_dir
+
+
+class NerTask(job.Task):
+  """run_ner_mgpu.py's job: the hooks of job.Task.
+
+  Args:
+    job_settings: run_settings.JobSettings of the run.
+    settings: NerSettings.
+    bert_config: the modeling.BertConfig, checked against max_seq_length.
+  """
+
+  def __init__(self, job_settings, settings, bert_config):
+    super(NerTask, self).__init__(job_settings)
+    self.settings = settings
+    self.bert_config = bert_config
+    self.tokenizer = None
+    self.splits = None  # split name -> ner_splits.Split
+    self.data_format = self.label_list = self.scheme = None
+
+  def read_inputs(self):
+    s = self.settings
+    self.tokenizer = command_line.load_tokenizer(s.vocab_file, s.do_lower_case,
+                                                 self.bert_config, s.bert_config_file)
+    split_names = [name for name, wanted in (("train", self.job.do_train),
+                                             ("dev", s.do_eval), ("test", s.do_predict))
+                   if wanted]
+    self.splits, self.data_format, self.label_list, self.scheme = ner_splits.read_splits(
+        s.data_dir, s.data_format, split_names, self.job.output_dir)
+
+  def train_size(self):
+    if not self.job.do_train:
+      return 0, "training windows"
+    # Steps count training windows: featurize the training split first (in memory).
+    ner_splits.featurize_split(self.splits["train"], self.tokenizer, self.label_list,
+                               self.settings.max_seq_length, self.settings.doc_stride)
+    return len(self.splits["train"].windows), "training windows"
+
+  def check_start(self, config):
+    if not self.job.do_train:
+      checkpoints.checkpoint_for_inference(self.job.output_dir, self.job.init_checkpoint,
+                                           checkpoints.BEST_SUBDIR)
+
+  def write_model_files(self):
+    s = self.settings
+    output_files.atomic_write_text(
+        os.path.join(self.job.output_dir, tag_labels.LABELS_FILE),
+        "".join(label + "\n" for label in self.label_list))
+    model_files.save_model_files(
+        self.job.output_dir, s.vocab_file, s.bert_config_file,
+        ner_serving.ner_settings(s.do_lower_case, s.max_seq_length, s.doc_stride, s.use_crf))
+
+  def featurize(self, config):
+    ner_splits.featurize(self.splits, self.tokenizer, self.label_list, config.cache_dir,
+                         self.settings.max_seq_length, self.settings.doc_stride)
+
+  def model_fn(self):
+    return ner_model.create_model_fn(self.bert_config, len(self.label_list),
+                                     self.settings.use_crf,
+                                     max_seq_length=self.settings.max_seq_length)
+
+  def _shuffle_buffer(self):
+    return min(len(self.splits["train"].windows), 100000)
+
+  def train_dataset(self, config):
+    spec = ner_splits.feature_spec(self.settings.max_seq_length)
+    record_file, shuffle_buffer = self.splits["train"].record_file, self._shuffle_buffer()
+    return lambda skip: ner_splits.with_loss_weights(tfrecord_io.make_dataset(
+        [record_file], spec, config.micro_batch_size, is_training=True,
+        seed=config.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
+        length_multiple=config.length_multiple, group_by_length=config.group_by_length),
+                                                     config.num_towers * config.num_workers)
+
+  def log_before_training(self, config):
+    log_tag_skew(config, self.splits["train"].windows, len(self.label_list),
+                 self._shuffle_buffer())
+
+  def inference(self, config, model_fn):
+    record_files = {name: split.record_file for name, split in self.splits.items()}
+    return job.record_file_inference(config, model_fn, record_files,
+                                     ner_splits.feature_spec(self.settings.max_seq_length),
+                                     self.settings.do_eval, self.settings.do_predict)
+
+  def eval_spec(self, config, inference):
+    if not self.settings.do_eval:
+      return None
+
+    def dev_metrics(outputs):
+      return ner_metrics(self.splits["dev"], outputs, self.label_list, self.scheme,
+                         self.settings.use_crf)[0]
+
+    return runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
+                           self.settings.best_metric, self.settings.early_stopping_patience)
+
+  def evaluate_and_predict(self, config, model_fn, inference):
+    """The dev scores and reports, and the test predictions, with the best (else latest)
+    checkpoint (computed in the training session when this process trained)."""
+    s, output_dir = self.settings, self.job.output_dir
+    if not (s.do_eval or s.do_predict):
+      return
+    checkpoint, why = inference.checkpoint()
+    tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
+    if s.do_eval:
+      outputs = inference.outputs("eval")
+      metrics, result = ner_metrics(self.splits["dev"], outputs, self.label_list, self.scheme,
+                                    s.use_crf)
+      runner.write_eval_results(output_dir, metrics, checkpoint)
+      write_eval_reports(output_dir, result)
+    if s.do_predict:
+      outputs = inference.outputs("predict")
+      tags = sentence_tags(self.splits["test"], outputs["tag_ids"], self.label_list,
+                           self.scheme)
+      write_predictions(output_dir, self.splits["test"], self.data_format, tags)
+      tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
+                      len(tags), sum(len(ner_scoring.entities(t)) for t in tags), output_dir)
+
+  def export(self):
+    export_model(self.job.output_dir, self.settings.export_dir)
+
+
+def export_model(output_dir, export_dir):
+  """Exports the best (else latest) checkpoint of output_dir to export_dir."""
+  path, checkpoint, why = ner_serving.export_output_dir(output_dir, export_dir)
+  tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
+
+
+def log_tag_skew(config, windows, num_tags, shuffle_buffer):
+  """With --group_by_length, on the chief: logs how much grouping skews the tag mix of the
+  training batches (tfrecord_io.log_label_skew; a warning when it is marked). A window's
+  targets are the shares of each tag among its tagged pieces (length_grouping.tag_shares)."""
+  if not (config.group_by_length and config.is_chief):
+    return
+  with phases.timed("featurize"):
+    lengths, tag_ids, tag_mask = featurizing.tag_skew_inputs(windows)
+    targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
+    tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
+                               noun="tag")
+
+
+# ---------------------------------------------------------------------------
+# Predictions and scores
+# ---------------------------------------------------------------------------
+
+def sentence_tags(split, window_tag_ids, label_list, scheme):
+  """The predicted tags of every sentence, from the windows' per-piece predictions."""
+  tags, start = [], 0
+  for aligned, windows in split.featurized:
+    predicted = window_tag_ids[start:start + len(windows)]
+    tags.append(featurizing.tags_from_windows(aligned, windows, predicted, label_list, scheme))
+    start += len(windows)
+  if start != len(window_tag_ids):
+    raise AssertionError("%d window predictions for %d windows" % (len(window_tag_ids), start))
+  return tags
+
+
+def ner_metrics(split, outputs, label_list, scheme, use_crf):
+  """(eval_results metrics, the full ner_scoring.score result) of a split's outputs.
+
+  Args:
+    use_crf: whether the head is a CRF: its loss is then per window, not per token.
+  """
+  predicted = sentence_tags(split, outputs["tag_ids"], label_list, scheme)
+  result = ner_scoring.score([s.tags for s in split.data.sentences], predicted, scheme)
+  # Token mean of the cross-entropy, or the mean CRF negative log-likelihood per window.
+  denominator = len(outputs["row_loss"]) if use_crf else outputs["row_tokens"].sum()
+  loss = float(outputs["row_loss"].sum() / max(denominator, 1.0))
+  metrics = {"precision": result["precision"], "recall": result["recall"],
+             "f1": result["f1"], "macro_f1": result["macro_f1"], "loss": loss}
+  return metrics, result
+
+
+def write_eval_reports(output_dir, result):
+  """eval_report.txt (per entity type, for a person) and eval_report.json."""
+  output_files.write_eval_report(output_dir, ner_scoring.format_report(result), result,
+                                 sort_keys=True)
+
+
+def write_predictions(output_dir, split, data_format, tags):
+  """predict.txt (conll) or predict.json (cluener), and predict_entities.jsonl."""
+  if data_format == "conll":
+    writers.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data, tags)
+  else:
+    writers.write_cluener_predictions(os.path.join(output_dir, "predict.json"),
+                                      split.data.sentences, tags)
+  writers.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
+                                 split.data.sentences, tags)

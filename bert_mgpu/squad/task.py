@@ -1,0 +1,238 @@
+# coding=utf-8
+"""The reading-comprehension job of run_squad_mgpu.py: SquadSettings (its own options) and
+SquadTask (the hooks bert_mgpu/training/job.py runs).
+
+Steps count training questions, not windows (as Google's). The windows of every run are
+written anew: the training set's into the cache dir (train.tf_record), the questions to
+predict into output_dir/predict.tf_record, by the chief alone, which alone predicts. When
+one process trains and predicts, it predicts in the training session (runner.Inference).
+
+Outputs in output_dir, with do_predict: predictions.json, nbest_predictions.json,
+null_odds.json (v2 only) and, when the predict file has answers, eval_results.txt.
+"""
+
+import collections
+import json
+import os
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import tfrecord_io
+from bert_mgpu.errors import UsageError
+from bert_mgpu.squad import data as squad_data
+from bert_mgpu.squad import model as squad_model
+from bert_mgpu.squad import scoring as squad_scoring
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import job as job_lib
+from bert_mgpu.training import phases
+from bert_mgpu.training import runner
+
+
+class SquadSettings(object):
+  """The options of a reading-comprehension run (run_squad_mgpu.py's own flags).
+
+  Attributes:
+    train_file, predict_file: SQuAD-format JSON (None when not training / predicting).
+    do_predict: predict predict_file (and score it when it has answers).
+    max_seq_length, doc_stride, max_query_length: the windows (word pieces).
+    n_best_size, max_answer_length: the answers kept per question, their longest length.
+    version_2_with_negative: SQuAD 2.0 (questions may have no answer; null_odds.json).
+    null_score_diff_threshold: v2: predict no answer above this null odds.
+    scoring: "auto", "squad" or "cmrc2018": the rules of eval_results.txt.
+  """
+
+  def __init__(self, train_file=None, predict_file=None, do_predict=False,
+               max_seq_length=384, doc_stride=128, max_query_length=64, n_best_size=20,
+               max_answer_length=30, version_2_with_negative=False,
+               null_score_diff_threshold=0.0, scoring="auto"):
+    self.train_file = train_file
+    self.predict_file = predict_file
+    self.do_predict = do_predict
+    self.max_seq_length = max_seq_length
+    self.doc_stride = doc_stride
+    self.max_query_length = max_query_length
+    self.n_best_size = n_best_size
+    self.max_answer_length = max_answer_length
+    self.version_2_with_negative = version_2_with_negative
+    self.null_score_diff_threshold = null_score_diff_threshold
+    self.scoring = scoring
+
+
+def featurize(examples, tokenizer, path, is_training, settings):
+  """Writes the windows of `examples` to `path` and logs their counts.
+
+  Args:
+    settings: SquadSettings (the window sizes).
+
+  Returns:
+    (number of windows, their InputFeatures without id lists when predicting, else []).
+  """
+  counts = collections.Counter()
+  with phases.timed("featurize"):
+    num_features, features = squad_data.write_features(
+        squad_data.convert_examples_to_features(
+            examples, tokenizer, settings.max_seq_length, settings.doc_stride,
+            settings.max_query_length, is_training, counts),
+        path, is_training, keep_metadata=not is_training)
+  tf.logging.info("%s: %s", path, ", ".join("%s %d" % kv for kv in sorted(counts.items())))
+  return num_features, features
+
+
+def _write_json(path, value):
+  atomic_write_text(path, json.dumps(value, ensure_ascii=False, indent=4) + "\n")
+
+
+def checkpoint_for_prediction(output_dir, init_checkpoint):
+  """The checkpoint to predict with, checked to hold the span head, and why it is the one.
+  Raises UsageError."""
+  checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, init_checkpoint)
+  if not tf.train.load_checkpoint(checkpoint).has_tensor("cls/squad/output_weights"):
+    raise UsageError("%s has no cls/squad/output_weights: it is not a model fine-tuned for "
+                     "reading comprehension. Train one first (--do_train) or point "
+                     "--output_dir at one." % checkpoint)
+  return checkpoint, why
+
+
+def write_prediction_files(output_dir, predictions, nbest, null_odds):
+  """Writes predictions.json, nbest_predictions.json and (with null_odds, v2) null_odds.json.
+
+  Files of an earlier run that this one does not write (eval_results.txt, null_odds.json)
+  are removed once the new predictions are written, so none is left looking current, and
+  a failed run leaves the old set whole.
+  """
+  _write_json(os.path.join(output_dir, "predictions.json"), predictions)
+  _write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
+  stale = ["eval_results.txt"]
+  if null_odds is not None:
+    _write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
+  else:
+    stale.append("null_odds.json")
+  for name in stale:
+    path = os.path.join(output_dir, name)
+    if tf.gfile.Exists(path):
+      tf.gfile.Remove(path)
+  tf.logging.info("Wrote %d predictions to %s", len(predictions),
+                  os.path.join(output_dir, "predictions.json"))
+
+
+class SquadTask(job_lib.Task):
+  """Reading comprehension (SQuAD v1.1/v2.0, CMRC 2018, DRCD) for job.run_job.
+
+  Args:
+    job: run_settings.JobSettings.
+    settings: SquadSettings.
+    bert_config: BertConfig, checked.
+    tokenizer: the FullTokenizer, checked against bert_config.
+  """
+
+  def __init__(self, job, settings, bert_config, tokenizer):
+    super(SquadTask, self).__init__(job)
+    self.settings = settings
+    self.bert_config = bert_config
+    self.tokenizer = tokenizer
+    self.train_examples = []
+    self.predict_examples = []
+    self.train_record = None  # written by featurize() when there is training to do
+    self.num_train_features = 0
+    # The chief alone writes (and predicts) the questions to predict.
+    self.predict_record = os.path.join(job.output_dir, "predict.tf_record")
+    self.predict_features = None  # on the chief, with do_predict
+
+  def _checkpoint_for_prediction(self):
+    return checkpoint_for_prediction(self.job.output_dir, self.job.init_checkpoint)
+
+  def read_inputs(self):
+    settings = self.settings
+    if self.job.do_train:
+      self.train_examples, _ = squad_data.read_squad_examples(
+          settings.train_file, True, settings.version_2_with_negative)
+      if not self.train_examples:
+        raise UsageError("%s: no usable training question." % settings.train_file)
+    if settings.do_predict:
+      self.predict_examples, _ = squad_data.read_squad_examples(
+          settings.predict_file, False, settings.version_2_with_negative)
+      if not self.predict_examples:
+        raise UsageError("%s: no question to predict." % settings.predict_file)
+      if not self.job.do_train:  # checked before output_dir is claimed
+        self._checkpoint_for_prediction()
+
+  def train_size(self):
+    # Google counts steps in questions, not windows.
+    return len(self.train_examples), "training questions"
+
+  def featurize(self, config):
+    """The questions to predict (the chief), then the training questions, unless a
+    single-process run finds training already finished (runner.train says so)."""
+    if self.settings.do_predict and config.is_chief:  # the chief predicts
+      _, self.predict_features = featurize(self.predict_examples, self.tokenizer,
+                                           self.predict_record, False, self.settings)
+    # Several workers all enter runner.train, which tells them when there is nothing to do.
+    if not self.job.do_train or (config.cluster is None and
+                                 checkpoints.training_finished(config, log=False)):
+      return
+    self.train_record = os.path.join(config.cache_dir, "train.tf_record")
+    self.num_train_features, _ = featurize(self.train_examples, self.tokenizer,
+                                           self.train_record, True, self.settings)
+    tf.logging.info("%d training questions in %d windows.", len(self.train_examples),
+                    self.num_train_features)
+
+  def model_fn(self):
+    return squad_model.create_model_fn(self.bert_config, self.settings.max_seq_length)
+
+  def train_dataset(self, config):
+    spec = squad_data.input_feature_spec(self.settings.max_seq_length, is_training=True)
+    return lambda skip: tfrecord_io.make_dataset(
+        [self.train_record], spec, config.micro_batch_size, is_training=True,
+        seed=config.random_seed, shuffle_buffer=min(self.num_train_features, 100000),
+        skip_batches=skip, length_multiple=config.length_multiple,
+        group_by_length=config.group_by_length)
+
+  def inference(self, config, model_fn):
+    """The runner.Inference "predict" of output_dir/predict.tf_record (the chief, with
+    do_predict), which runner.train runs in its session when this process trains."""
+    if self.predict_features is None:
+      return None
+    spec = squad_data.input_feature_spec(self.settings.max_seq_length, is_training=False)
+    make_dataset = lambda: tfrecord_io.make_dataset(
+        [self.predict_record], spec, config.global_predict_batch_size, is_training=False,
+        length_multiple=config.length_multiple)
+    return runner.Inference(
+        config, model_fn, {"predict": (make_dataset, config.global_predict_batch_size)},
+        self._checkpoint_for_prediction)
+
+  def evaluate_and_predict(self, config, model_fn, inference):
+    if inference is not None:
+      self.predict(inference)
+
+  def predict(self, inference):
+    """Predicts every question on every tower (or takes runner.train's predictions);
+    writes the prediction files and, when the file has answers, eval_results.txt."""
+    settings, examples, features = self.settings, self.predict_examples, self.predict_features
+    checkpoint, _ = inference.checkpoint()
+    tf.logging.info("Predicting %d questions in %d windows with %s.", len(examples),
+                    len(features), checkpoint)
+    outputs = inference.outputs("predict")
+    expected_ids = [feature.unique_id for feature in features]
+    if list(outputs["unique_ids"]) != expected_ids:
+      raise AssertionError("prediction outputs are not in feature order")
+    predictions, nbest, null_odds = squad_data.predict_answers(
+        examples, features, outputs["start_logits"], outputs["end_logits"],
+        settings.n_best_size, settings.max_answer_length, settings.version_2_with_negative,
+        settings.null_score_diff_threshold)
+    if not settings.version_2_with_negative:
+      null_odds = None
+    write_prediction_files(self.job.output_dir, predictions, nbest, null_odds)
+    unscored = sum(1 for e in examples if not e.gold_answers)
+    if unscored == len(examples):
+      tf.logging.info("%s has no answers: not scored.", settings.predict_file)
+      return
+    if unscored:
+      tf.logging.warning("%d of %d questions have no answers and are not scored.", unscored,
+                         len(examples))
+    scoring = (settings.scoring if settings.scoring != "auto"
+               else squad_scoring.choose_scoring(examples))
+    tf.logging.info("Scoring %d questions with %s's rules.", len(examples) - unscored,
+                    scoring)
+    results = squad_scoring.score_predictions(examples, predictions, scoring, null_odds, nbest)
+    runner.write_eval_results(self.job.output_dir, results, checkpoint)
