@@ -3,7 +3,7 @@
 
 The flags and defaults are those of Google's run_classifier.py (docs/FORMATS.md 8) plus
 the runner's multi-GPU flags. Tasks (--task_name) and their files are described in
-bert_mgpu/classifier/tasks.py; the shared loop is bert_mgpu/training/runner.py.
+bert_mgpu/classifier/task_registry.py; the shared loop is bert_mgpu/training/runner.py.
 
 Outputs in --output_dir (docs/FORMATS.md 7): labels.txt, best/, eval_results.txt and
 eval_report.*, predict.txt (one label per test example, in order), Google's test_results.tsv,
@@ -22,7 +22,7 @@ from bert_mgpu.classifier import clue_submission
 from bert_mgpu.classifier import long_text
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.classifier import task as classifier_task
-from bert_mgpu.classifier import tasks
+from bert_mgpu.classifier import task_registry
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.training import job
@@ -35,7 +35,7 @@ def define_flags():
   flags = tf.flags
   flags.DEFINE_string("data_dir", None, "Directory with the task's data files.")
   flags.DEFINE_string("task_name", None,
-                      "Task: " + ", ".join(sorted(tasks.PROCESSORS)) + ".")
+                      "Task: " + ", ".join(sorted(task_registry.PROCESSORS)) + ".")
   command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_eval", "do_predict", "train_batch_size",
@@ -83,7 +83,7 @@ def classifier_settings():
       max_windows=FLAGS.max_windows, window_pooling=FLAGS.window_pooling,
       group_by_length_within_label=FLAGS.group_by_length_within_label,
       early_stopping_patience=FLAGS.early_stopping_patience, num_workers=FLAGS.num_workers,
-      clue_submission=FLAGS.clue_submission, export_dir=FLAGS.export_dir)
+      clue_submission=FLAGS.clue_submission)
 
 
 def check_flags():
@@ -112,7 +112,7 @@ def check_flags():
 def main(_):
   settings = check_flags()
   if command_line.export_only():  # a trained output_dir: no data read
-    classifier_task.export_model(settings, FLAGS.output_dir)
+    classifier_task.export_model(settings, FLAGS.output_dir, FLAGS.export_dir)
     return
   job.run_job(classifier_task.ClassifierTask(command_line.job_settings(), settings),
               FLAGS.export_dir)

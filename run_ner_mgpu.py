@@ -90,7 +90,7 @@ def ner_settings():
       do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
       doc_stride=FLAGS.doc_stride, use_crf=FLAGS.use_crf, do_eval=FLAGS.do_eval,
       do_predict=FLAGS.do_predict, best_metric=FLAGS.best_metric,
-      early_stopping_patience=FLAGS.early_stopping_patience, export_dir=FLAGS.export_dir)
+      early_stopping_patience=FLAGS.early_stopping_patience)
 
 
 def main(_):

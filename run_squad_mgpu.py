@@ -1,10 +1,10 @@
 # coding=utf-8
 """Fine-tunes BERT for SQuAD-style reading comprehension on every GPU.
- Reads SQuAD JSON (v1.1, and v2.0 with --version_2_with_negative); CMRC 2018 and DRCD use
-the same JSON. Reading and windowing are bert_mgpu/squad/data.py's, scoring
-bert_mgpu/squad/scoring.py's, and the loop bert_mgpu/training/runner.py's. The flags are
-Google's run_squad.py flags (docs/FORMATS.md 8) plus
-the runner's.
+
+Reads SQuAD JSON (v1.1, and v2.0 with --version_2_with_negative); CMRC 2018 and DRCD use
+the same JSON. The task unit is bert_mgpu/squad/ (task.py, the head in model.py, reading and
+windowing in data.py, scoring in scoring.py). The flags are Google's run_squad.py flags
+(docs/FORMATS.md 8) plus the runner's.
 
 Outputs in --output_dir, with --do_predict:
   predictions.json        {id: answer text}

@@ -64,7 +64,7 @@ import hf_common  # pylint: disable=wrong-import-position
 import hf_finetune  # pylint: disable=wrong-import-position
 from bert_mgpu.ner import scoring as ner_scoring  # pylint: disable=wrong-import-position
 
-# ner_model.HEAD_SCOPE: where our checkpoints keep the tagging head's weights.
+# bert_mgpu/ner/model.py's HEAD_SCOPE: where our checkpoints keep the tagging head's weights.
 HEAD_SCOPE = "cls/ner"
 IGNORED = -100  # the label id torch's cross-entropy (and so BertForTokenClassification) skips
 _COLUMNS = re.compile(r"[ \t]+")

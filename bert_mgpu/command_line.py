@@ -1,12 +1,15 @@
 # coding=utf-8
-"""The command line every run script shares: flags, their checks, and main().
+"""The command line every run script shares: flags, their checks, and main(). The one module
+of the package that reads flags (`FLAGS`); everything else takes the settings built here.
 
 - define_shared_flags(): Google's flags a script picks (with Google's names and defaults),
   the device flags (define_device_flags(), also for predict_text.py and
   extract_features.py) and the runner's own.
-- check_run_flags(): the checks that need no file but the init checkpoint; then
-  run_settings.make_run_config() makes the device check. Both run before anything is
-  written.
+- job_settings(), device_settings(), run_cluster(): the run_settings objects of the flags.
+- check_run_flags(), check_actions(), export_only(), refuse_unread_flags(),
+  check_positive(), output_directory(): the checks that need no file but the init
+  checkpoint; then run_settings.make_run_config() makes the device check. All run before
+  anything is written.
 - load_bert_config(), load_tokenizer(), require_file(): the model files, checked.
 - run_main(): strict parsing (a misspelt flag is an error, not ignored), and one line on
   stderr for a UsageError or a preemption instead of a traceback.

@@ -243,7 +243,7 @@ def _check_max_seq_length(max_seq_length):
 def check_featurizing_inputs(max_seq_length, vocab_file):
   """The checks write_features makes before featurizing, for a script to make first.
 
-  run_classifier_mgpu.py calls it before claiming output_dir, so that a
+  ClassifierTask calls it before claiming output_dir, so that a
   too small --max_seq_length or a vocab without [CLS]/[SEP]/[UNK] creates no output_dir.
 
   Raises:

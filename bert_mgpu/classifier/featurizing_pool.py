@@ -3,7 +3,7 @@
 processes and the progress lines.
 
 The workers are forked (multiprocessing.Pool) and run _featurize_chunk of this module, each
-with its own tokenizer built once; run_classifier_mgpu.py makes the pool before the device
+with its own tokenizer built once; ClassifierTask (task.py) makes the pool before the device
 check, since forking after TensorFlow has started its GPU runtime is not safe.
 """
 

@@ -1,7 +1,7 @@
 # coding=utf-8
 """Multi-label classification outside the graph: thresholds, scoring and thresholds.json.
 
-Each label has its own sigmoid (run_classifier_mgpu.py's multi-label head); a label is
+Each label has its own sigmoid (the multi-label head of classifier/model.py); a label is
 predicted when its probability reaches its threshold. --multi_label_threshold is one
 threshold for every label, or `tuned`: per label, the threshold that maximizes that label's
 F1 on the dev set. The thresholds a model uses are kept in output_dir/thresholds.json

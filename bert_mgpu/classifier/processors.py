@@ -10,7 +10,7 @@ by split, and gives the task's label list. This module holds the base class and
              cnews.{train,val,test}.txt.
 
 Google's GLUE/XNLI processors are in glue_processors.py, CLUE's in clue_processors.py;
-tasks.py registers them all under their --task_name.
+task_registry.py registers them all under their --task_name.
 
 Label list: data_dir/labels.txt (one label per line), else the task's fixed list, else the
 sorted labels of the training file. With --multi_label (tsv, csv, jsonl) an example's label
@@ -140,9 +140,9 @@ class DataProcessor(object):
   @property
   def name(self):
     """The --task_name the processor is registered under, else its class name."""
-    # Imported here: tasks.py imports the processor modules, which import this one.
-    from bert_mgpu.classifier import tasks  # pylint: disable=g-import-not-at-top
-    for name, processor_class in tasks.PROCESSORS.items():
+    # Imported here: task_registry.py imports the processor modules, which import this one.
+    from bert_mgpu.classifier import task_registry  # pylint: disable=g-import-not-at-top
+    for name, processor_class in task_registry.PROCESSORS.items():
       if type(self) is processor_class:
         return name
     return type(self).__name__

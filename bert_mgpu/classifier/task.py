@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The classifier's job (run_classifier_mgpu.py): its settings and its training.Task.
+"""The classifier's job (run_classifier_mgpu.py): its settings and its job.Task.
 
 - ClassifierSettings: the classifier's options (task, data, --multi_label, --long_text,
   --best_metric, ...), built from the flags by the run script.
@@ -23,7 +23,7 @@ from bert_mgpu.classifier import metrics as classifier_metrics
 from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.classifier import predictions
-from bert_mgpu.classifier import tasks
+from bert_mgpu.classifier import task_registry
 from bert_mgpu import command_line
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.serving import export
@@ -38,7 +38,7 @@ class ClassifierSettings(object):
   """The classifier's options (run_classifier_mgpu.py's flags of the same names).
 
   Attributes:
-    data_dir, task_name: the task's data and its processor (classifier/tasks.py).
+    data_dir, task_name: the task's data and its processor (classifier/task_registry.py).
     bert_config_file, vocab_file, do_lower_case, max_seq_length: the model and its inputs.
     do_eval, do_predict: evaluate the dev set, predict the test set.
     best_metric, best_metric_given: --best_metric, and whether the command line gave it
@@ -53,7 +53,6 @@ class ClassifierSettings(object):
     early_stopping_patience: evaluations without a better best_metric before stopping.
     num_workers: featurizing processes (0: all cores).
     clue_submission: also write the CLUE leaderboard's files (classifier/clue_submission.py).
-    export_dir: where the trained model is exported, or None.
   """
 
   def __init__(self, data_dir=None, task_name=None, bert_config_file=None, vocab_file=None,
@@ -63,8 +62,7 @@ class ClassifierSettings(object):
                multi_label_threshold_given=False, literal_special_tokens=False,
                long_text="truncate", head_tokens=None, doc_stride=64, max_windows=8,
                window_pooling="max", group_by_length_within_label=False,
-               early_stopping_patience=0, num_workers=0, clue_submission=False,
-               export_dir=None):
+               early_stopping_patience=0, num_workers=0, clue_submission=False):
     self.data_dir, self.task_name = data_dir, task_name
     self.bert_config_file, self.vocab_file = bert_config_file, vocab_file
     self.do_lower_case, self.max_seq_length = do_lower_case, max_seq_length
@@ -81,7 +79,6 @@ class ClassifierSettings(object):
     self.early_stopping_patience = early_stopping_patience
     self.num_workers = num_workers
     self.clue_submission = clue_submission
-    self.export_dir = export_dir
 
   def feature_options(self):
     return input_examples.FeatureOptions(
@@ -140,11 +137,11 @@ class ClassifierTask(job.Task):
     command_line.load_tokenizer(s.vocab_file, s.do_lower_case, self.bert_config,
                                 s.bert_config_file, s.literal_special_tokens)
     featurizing.check_featurizing_inputs(s.max_seq_length, s.vocab_file)
-    self.processor = tasks.get_processor(s.task_name,
+    self.processor = task_registry.get_processor(s.task_name,
                                          s.label_separator if s.multi_label else None)
     self.splits, self.label_list = class_labels.read_splits(
-        self.processor, s.data_dir, self.job.output_dir,
-        [split for split, wanted in (("train", self.job.do_train), ("dev", s.do_eval),
+        self.processor, s.data_dir, self.job_settings.output_dir,
+        [split for split, wanted in (("train", self.job_settings.do_train), ("dev", s.do_eval),
                                      ("test", s.do_predict)) if wanted])
 
   def train_size(self):
@@ -167,16 +164,18 @@ class ClassifierTask(job.Task):
 
   def check_start(self, config):
     # Training resumes output_dir's checkpoint, else starts from --init_checkpoint.
-    output_dir, init_checkpoint = self.job.output_dir, self.job.init_checkpoint
-    start = (tf.train.latest_checkpoint(output_dir) or init_checkpoint if self.job.do_train
-             else checkpoints.checkpoint_for_inference(output_dir, init_checkpoint, "best")[0])
+    job_settings = self.job_settings
+    output_dir, init_checkpoint = job_settings.output_dir, job_settings.init_checkpoint
+    start = (tf.train.latest_checkpoint(output_dir) or init_checkpoint if job_settings.do_train
+             else checkpoints.checkpoint_for_inference(output_dir, init_checkpoint,
+                                                       checkpoints.BEST_SUBDIR)[0])
     if start:
       classifier_model.check_head(start, self.settings.multi_label)
 
   def write_model_files(self):
     s = self.settings
-    class_labels.write_label_list(self.job.output_dir, self.label_list)
-    model_files.save_model_files(self.job.output_dir, s.vocab_file, s.bert_config_file,
+    class_labels.write_label_list(self.job_settings.output_dir, self.label_list)
+    model_files.save_model_files(self.job_settings.output_dir, s.vocab_file, s.bert_config_file,
                                  s.model_settings())
 
   def featurize(self, config):
@@ -184,7 +183,7 @@ class ClassifierTask(job.Task):
       self._record_files = feature_cache.cached_split_features(
           self.splits, self._caches, config.cache_dir, self._pool)
 
-  def model_fn(self):
+  def make_model_fn(self):
     return classifier_model.create_model_fn(self.bert_config, len(self.label_list),
                                             self.settings.multi_label,
                                             self.settings.window_pooling_of_model())
@@ -198,12 +197,13 @@ class ClassifierTask(job.Task):
   def _shuffle_buffer(self):
     return min(len(self.splits["train"]), 100000)
 
-  def train_dataset(self, config):
+  def make_train_dataset(self, config):
     spec = self._feature_spec()
     return lambda skip: tfrecord_io.make_dataset(
         [self._record_files["train"]], spec, config.micro_batch_size, is_training=True,
-        seed=self.job.random_seed, shuffle_buffer=self._shuffle_buffer(), skip_batches=skip,
-        length_multiple=config.length_multiple, group_by_length=config.group_by_length,
+        seed=self.job_settings.random_seed, shuffle_buffer=self._shuffle_buffer(),
+        skip_batches=skip, length_multiple=config.length_multiple,
+        group_by_length=config.group_by_length,
         stratify_by=self.settings.grouping_strata())
 
   def log_before_training(self, config):
@@ -219,7 +219,7 @@ class ClassifierTask(job.Task):
       tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size,
                                  self._shuffle_buffer(), strata=strata)
 
-  def inference(self, config, model_fn):
+  def make_inference(self, config, model_fn):
     return job.record_file_inference(config, model_fn, self._record_files,
                                      self._feature_spec(), self.settings.do_eval,
                                      self.settings.do_predict)
@@ -232,7 +232,7 @@ class ClassifierTask(job.Task):
                            self.settings.early_stopping_patience)
 
   def _threshold_choice(self):
-    return self.settings.threshold_choice(self.job.do_train, self.job.output_dir)
+    return self.settings.threshold_choice(self.job_settings.do_train, self.job_settings.output_dir)
 
   def _dev_metrics(self, outputs):
     return self._scores(outputs)[0]
@@ -263,28 +263,29 @@ class ClassifierTask(job.Task):
     thresholds = (self._threshold_choice().save(dev_outputs, self.label_list)
                   if s.multi_label else None)
     if s.do_eval:
-      predictions.write_eval_report(self.job.output_dir, metrics,
+      predictions.write_eval_report(self.job_settings.output_dir, metrics,
                                     self._scores(dev_outputs, thresholds)[1], s.multi_label)
     if s.do_predict:
       predictions.write_test_predictions(
-          self.job.output_dir, self.splits["test"], inference.outputs("predict"),
+          self.job_settings.output_dir, self.splits["test"], inference.outputs("predict"),
           self.label_list, thresholds, s.label_separator,
           s.task_name if s.clue_submission else None)
 
-  def export(self):
-    export_model(self.settings, self.job.output_dir)
+  def export(self, export_dir):
+    export_model(self.settings, self.job_settings.output_dir, export_dir)
 
 
-def export_model(settings, output_dir):
-  """Exports the best (else latest) checkpoint of output_dir to settings.export_dir."""
+def export_model(settings, output_dir, export_dir):
+  """Exports the best (else latest) checkpoint of output_dir into export_dir."""
   files = model_files.classifier_files_to_export(output_dir, settings.vocab_file,
                                                 settings.bert_config_file,
                                                 settings.model_settings())
   bert_config = command_line.load_bert_config(files.bert_config_file,
                                               files.settings["max_seq_length"])
-  checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None, best_subdir="best")
+  checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None,
+                                                         best_subdir=checkpoints.BEST_SUBDIR)
   classifier_model.check_head(checkpoint, bool(files.settings.get("multi_label", False)))
-  path = export.export_classifier(settings.export_dir, files, checkpoint,
+  path = export.export_classifier(export_dir, files, checkpoint,
                                   classifier_model.model_fn_of(files, bert_config),
                                   bert_config)
   tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)

@@ -45,13 +45,11 @@ class NerSettings(object):
     do_eval, do_predict: score the dev set, predict the test set.
     best_metric, early_stopping_patience: the dev metric whose best checkpoint is kept,
       and the evaluations without a better one after which training stops (0: never).
-    export_dir: where the trained model is exported, or None.
   """
 
   def __init__(self, data_dir, vocab_file, bert_config_file, data_format="auto",
                do_lower_case=True, max_seq_length=128, doc_stride=64, use_crf=False,
-               do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0,
-               export_dir=None):
+               do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0):
     self.data_dir = data_dir
     self.data_format = data_format
     self.vocab_file = vocab_file
@@ -64,7 +62,6 @@ class NerSettings(object):
     self.do_predict = do_predict
     self.best_metric = best_metric
     self.early_stopping_patience = early_stopping_patience
-    self.export_dir = export_dir
 
 
 class NerTask(job.Task):
@@ -88,14 +85,14 @@ class NerTask(job.Task):
     s = self.settings
     self.tokenizer = command_line.load_tokenizer(s.vocab_file, s.do_lower_case,
                                                  self.bert_config, s.bert_config_file)
-    split_names = [name for name, wanted in (("train", self.job.do_train),
+    split_names = [name for name, wanted in (("train", self.job_settings.do_train),
                                              ("dev", s.do_eval), ("test", s.do_predict))
                    if wanted]
     self.splits, self.data_format, self.label_list, self.scheme = ner_splits.read_splits(
-        s.data_dir, s.data_format, split_names, self.job.output_dir)
+        s.data_dir, s.data_format, split_names, self.job_settings.output_dir)
 
   def train_size(self):
-    if not self.job.do_train:
+    if not self.job_settings.do_train:
       return 0, "training windows"
     # Steps count training windows: featurize the training split first (in memory).
     ner_splits.featurize_split(self.splits["train"], self.tokenizer, self.label_list,
@@ -103,24 +100,25 @@ class NerTask(job.Task):
     return len(self.splits["train"].windows), "training windows"
 
   def check_start(self, config):
-    if not self.job.do_train:
-      checkpoints.checkpoint_for_inference(self.job.output_dir, self.job.init_checkpoint,
+    if not self.job_settings.do_train:
+      checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
+                                           self.job_settings.init_checkpoint,
                                            checkpoints.BEST_SUBDIR)
 
   def write_model_files(self):
     s = self.settings
     output_files.atomic_write_text(
-        os.path.join(self.job.output_dir, tag_labels.LABELS_FILE),
+        os.path.join(self.job_settings.output_dir, tag_labels.LABELS_FILE),
         "".join(label + "\n" for label in self.label_list))
     model_files.save_model_files(
-        self.job.output_dir, s.vocab_file, s.bert_config_file,
+        self.job_settings.output_dir, s.vocab_file, s.bert_config_file,
         ner_serving.ner_settings(s.do_lower_case, s.max_seq_length, s.doc_stride, s.use_crf))
 
   def featurize(self, config):
     ner_splits.featurize(self.splits, self.tokenizer, self.label_list, config.cache_dir,
                          self.settings.max_seq_length, self.settings.doc_stride)
 
-  def model_fn(self):
+  def make_model_fn(self):
     return ner_model.create_model_fn(self.bert_config, len(self.label_list),
                                      self.settings.use_crf,
                                      max_seq_length=self.settings.max_seq_length)
@@ -128,7 +126,7 @@ class NerTask(job.Task):
   def _shuffle_buffer(self):
     return min(len(self.splits["train"].windows), 100000)
 
-  def train_dataset(self, config):
+  def make_train_dataset(self, config):
     spec = ner_splits.feature_spec(self.settings.max_seq_length)
     record_file, shuffle_buffer = self.splits["train"].record_file, self._shuffle_buffer()
     return lambda skip: ner_splits.with_loss_weights(tfrecord_io.make_dataset(
@@ -141,7 +139,7 @@ class NerTask(job.Task):
     log_tag_skew(config, self.splits["train"].windows, len(self.label_list),
                  self._shuffle_buffer())
 
-  def inference(self, config, model_fn):
+  def make_inference(self, config, model_fn):
     record_files = {name: split.record_file for name, split in self.splits.items()}
     return job.record_file_inference(config, model_fn, record_files,
                                      ner_splits.feature_spec(self.settings.max_seq_length),
@@ -161,7 +159,7 @@ class NerTask(job.Task):
   def evaluate_and_predict(self, config, model_fn, inference):
     """The dev scores and reports, and the test predictions, with the best (else latest)
     checkpoint (computed in the training session when this process trained)."""
-    s, output_dir = self.settings, self.job.output_dir
+    s, output_dir = self.settings, self.job_settings.output_dir
     if not (s.do_eval or s.do_predict):
       return
     checkpoint, why = inference.checkpoint()
@@ -180,8 +178,8 @@ class NerTask(job.Task):
       tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
                       len(tags), sum(len(ner_scoring.entities(t)) for t in tags), output_dir)
 
-  def export(self):
-    export_model(self.job.output_dir, self.settings.export_dir)
+  def export(self, export_dir):
+    export_model(self.job_settings.output_dir, export_dir)
 
 
 def export_model(output_dir, export_dir):

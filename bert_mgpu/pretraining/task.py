@@ -98,8 +98,9 @@ class PretrainingTask(job.Task):
     """Without --do_train, the checkpoint to evaluate must exist before output_dir is
     claimed."""
     del config
-    if not self.job.do_train:
-      checkpoints.checkpoint_for_inference(self.job.output_dir, self.job.init_checkpoint)
+    if not self.job_settings.do_train:
+      checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
+                                           self.job_settings.init_checkpoint)
 
   def featurize(self, config):
     """The records are the features: only says which they are and what they train."""
@@ -113,7 +114,7 @@ class PretrainingTask(job.Task):
       tf.logging.info("The records hold no next_sentence_labels (--pretraining_task=mlm): "
                       "training the masked LM alone, without a next-sentence head.")
 
-  def model_fn(self):
+  def make_model_fn(self):
     return model.create_model_fn(self.settings.bert_config, self.next_sentence)
 
   def _feature_spec(self):
@@ -121,7 +122,7 @@ class PretrainingTask(job.Task):
                                       self.settings.max_predictions_per_seq,
                                       self.next_sentence)
 
-  def train_dataset(self, config):
+  def make_train_dataset(self, config):
     spec = self._feature_spec()
     return lambda skip: tfrecord_io.make_dataset(
         self.input_files, spec, config.micro_batch_size, is_training=True,
@@ -139,9 +140,9 @@ class PretrainingTask(job.Task):
   def log_before_training(self, config):
     """Says what --init_checkpoint gives, when training starts from it (not resumes)."""
     del config
-    if (self.job.init_checkpoint and
-        checkpoints.latest_checkpoint(self.job.output_dir) is None):
-      describe_init_checkpoint(self.job.init_checkpoint, self.next_sentence)
+    if (self.job_settings.init_checkpoint and
+        checkpoints.latest_checkpoint(self.job_settings.output_dir) is None):
+      describe_init_checkpoint(self.job_settings.init_checkpoint, self.next_sentence)
 
   def eval_spec(self, config, inference):
     del inference
@@ -158,8 +159,8 @@ class PretrainingTask(job.Task):
     del inference
     if not self.settings.do_eval:
       return
-    checkpoint, _ = checkpoints.checkpoint_for_inference(self.job.output_dir,
-                                                         self.job.init_checkpoint)
+    checkpoint, _ = checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
+                                                         self.job_settings.init_checkpoint)
     tf.logging.info("Evaluating %s on at most %d batches of %d.", checkpoint,
                     self.settings.max_eval_steps, config.global_eval_batch_size)
     runner.evaluate(config, model_fn, self._make_eval_dataset(config), checkpoint,

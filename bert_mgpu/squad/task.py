@@ -24,7 +24,7 @@ from bert_mgpu.squad import data as squad_data
 from bert_mgpu.squad import model as squad_model
 from bert_mgpu.squad import scoring as squad_scoring
 from bert_mgpu.training import checkpoints
-from bert_mgpu.training import job as job_lib
+from bert_mgpu.training import job
 from bert_mgpu.training import phases
 from bert_mgpu.training import runner
 
@@ -59,7 +59,7 @@ class SquadSettings(object):
     self.scoring = scoring
 
 
-def featurize(examples, tokenizer, path, is_training, settings):
+def write_windows(examples, tokenizer, path, is_training, settings):
   """Writes the windows of `examples` to `path` and logs their counts.
 
   Args:
@@ -116,35 +116,36 @@ def write_prediction_files(output_dir, predictions, nbest, null_odds):
                   os.path.join(output_dir, "predictions.json"))
 
 
-class SquadTask(job_lib.Task):
+class SquadTask(job.Task):
   """Reading comprehension (SQuAD v1.1/v2.0, CMRC 2018, DRCD) for job.run_job.
 
   Args:
-    job: run_settings.JobSettings.
+    job_settings: run_settings.JobSettings.
     settings: SquadSettings.
     bert_config: BertConfig, checked.
     tokenizer: the FullTokenizer, checked against bert_config.
   """
 
-  def __init__(self, job, settings, bert_config, tokenizer):
-    super(SquadTask, self).__init__(job)
+  def __init__(self, job_settings, settings, bert_config, tokenizer):
+    super(SquadTask, self).__init__(job_settings)
     self.settings = settings
     self.bert_config = bert_config
     self.tokenizer = tokenizer
     self.train_examples = []
     self.predict_examples = []
-    self.train_record = None  # written by featurize() when there is training to do
+    self.train_record = None  # written by featurize() (write_windows) when there is training to do
     self.num_train_features = 0
     # The chief alone writes (and predicts) the questions to predict.
-    self.predict_record = os.path.join(job.output_dir, "predict.tf_record")
+    self.predict_record = os.path.join(job_settings.output_dir, "predict.tf_record")
     self.predict_features = None  # on the chief, with do_predict
 
   def _checkpoint_for_prediction(self):
-    return checkpoint_for_prediction(self.job.output_dir, self.job.init_checkpoint)
+    return checkpoint_for_prediction(self.job_settings.output_dir,
+                                     self.job_settings.init_checkpoint)
 
   def read_inputs(self):
     settings = self.settings
-    if self.job.do_train:
+    if self.job_settings.do_train:
       self.train_examples, _ = squad_data.read_squad_examples(
           settings.train_file, True, settings.version_2_with_negative)
       if not self.train_examples:
@@ -154,7 +155,7 @@ class SquadTask(job_lib.Task):
           settings.predict_file, False, settings.version_2_with_negative)
       if not self.predict_examples:
         raise UsageError("%s: no question to predict." % settings.predict_file)
-      if not self.job.do_train:  # checked before output_dir is claimed
+      if not self.job_settings.do_train:  # checked before output_dir is claimed
         self._checkpoint_for_prediction()
 
   def train_size(self):
@@ -165,22 +166,22 @@ class SquadTask(job_lib.Task):
     """The questions to predict (the chief), then the training questions, unless a
     single-process run finds training already finished (runner.train says so)."""
     if self.settings.do_predict and config.is_chief:  # the chief predicts
-      _, self.predict_features = featurize(self.predict_examples, self.tokenizer,
-                                           self.predict_record, False, self.settings)
+      _, self.predict_features = write_windows(self.predict_examples, self.tokenizer,
+                                               self.predict_record, False, self.settings)
     # Several workers all enter runner.train, which tells them when there is nothing to do.
-    if not self.job.do_train or (config.cluster is None and
-                                 checkpoints.training_finished(config, log=False)):
+    if not self.job_settings.do_train or (config.cluster is None and
+                                          checkpoints.training_finished(config, log=False)):
       return
     self.train_record = os.path.join(config.cache_dir, "train.tf_record")
-    self.num_train_features, _ = featurize(self.train_examples, self.tokenizer,
-                                           self.train_record, True, self.settings)
+    self.num_train_features, _ = write_windows(self.train_examples, self.tokenizer,
+                                               self.train_record, True, self.settings)
     tf.logging.info("%d training questions in %d windows.", len(self.train_examples),
                     self.num_train_features)
 
-  def model_fn(self):
+  def make_model_fn(self):
     return squad_model.create_model_fn(self.bert_config, self.settings.max_seq_length)
 
-  def train_dataset(self, config):
+  def make_train_dataset(self, config):
     spec = squad_data.input_feature_spec(self.settings.max_seq_length, is_training=True)
     return lambda skip: tfrecord_io.make_dataset(
         [self.train_record], spec, config.micro_batch_size, is_training=True,
@@ -188,7 +189,7 @@ class SquadTask(job_lib.Task):
         skip_batches=skip, length_multiple=config.length_multiple,
         group_by_length=config.group_by_length)
 
-  def inference(self, config, model_fn):
+  def make_inference(self, config, model_fn):
     """The runner.Inference "predict" of output_dir/predict.tf_record (the chief, with
     do_predict), which runner.train runs in its session when this process trains."""
     if self.predict_features is None:
@@ -222,7 +223,7 @@ class SquadTask(job_lib.Task):
         settings.null_score_diff_threshold)
     if not settings.version_2_with_negative:
       null_odds = None
-    write_prediction_files(self.job.output_dir, predictions, nbest, null_odds)
+    write_prediction_files(self.job_settings.output_dir, predictions, nbest, null_odds)
     unscored = sum(1 for e in examples if not e.gold_answers)
     if unscored == len(examples):
       tf.logging.info("%s has no answers: not scored.", settings.predict_file)
@@ -235,4 +236,4 @@ class SquadTask(job_lib.Task):
     tf.logging.info("Scoring %d questions with %s's rules.", len(examples) - unscored,
                     scoring)
     results = squad_scoring.score_predictions(examples, predictions, scoring, null_odds, nbest)
-    runner.write_eval_results(self.job.output_dir, results, checkpoint)
+    runner.write_eval_results(self.job_settings.output_dir, results, checkpoint)

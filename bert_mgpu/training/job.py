@@ -3,16 +3,24 @@
 evaluation in the training session, evaluate and predict, export.
 
 A task unit (bert_mgpu/classifier/task.py, ner/task.py, squad/task.py, pretraining/task.py)
-subclasses `Task` and says what is particular to it; `run_job` runs the steps in the order
-every run script needs:
+subclasses `Task` and says what is particular to it; `run_job` calls its hooks in this order,
+each hook relying on what the earlier ones kept on the task:
 
-  1. read and check every input (nothing written yet);
-  2. start the featurizing processes, then the device check (make_run_config): processes
+  1. read_inputs: read and check every input (nothing written yet);
+  2. train_size: the training examples, for the step count;
+  3. featurizing_processes (entered) and then make_run_config, the device check: processes
      must fork before TensorFlow starts its GPU runtime;
-  3. check the checkpoint to start from, claim output_dir, write the model files (chief);
-  4. featurize (or reuse the feature cache);
-  5. train, evaluating the dev set at each checkpoint (runner.train);
-  6. on the chief: evaluate and predict with the best (else latest) checkpoint, export.
+  4. check_start: the checkpoint to start from; then output_dir is claimed;
+  5. write_model_files (the chief, when training), featurize (or reuse the feature cache);
+  6. make_model_fn, make_inference; when training: log_before_training, make_train_dataset,
+     eval_spec, and runner.train (a worker that is not the chief stops there);
+  7. evaluate_and_predict, then export when the run has an export_dir.
+
+Adding a task: a settings class for its options; a model.py with its head; a Task subclass
+that overrides at least read_inputs, make_model_fn, make_train_dataset (and train_size when
+steps are counted from epochs), plus make_inference, eval_spec and evaluate_and_predict
+together when it evaluates or predicts; a run script of about 100 lines that defines the
+flags, checks them, builds the settings and calls run_job.
 """
 
 import contextlib
@@ -27,17 +35,22 @@ class Task(object):
   """What a task tells the job. The defaults do nothing; a unit overrides what it needs.
 
   Attributes:
-    job: run_settings.JobSettings of the run (output_dir, do_train, batch sizes, ...).
+    job_settings: run_settings.JobSettings of the run (output_dir, do_train, batch sizes...).
   """
 
-  def __init__(self, job):
-    self.job = job
+  def __init__(self, job_settings):
+    self.job_settings = job_settings
 
   def read_inputs(self):
     """Reads and checks every input the run asks for. Raises UsageError; writes nothing."""
 
   def train_size(self):
-    """(number of training examples, their noun for the messages) for the step count."""
+    """(number of training examples, their noun for the messages) for the step count; only
+    read when training and the steps are counted from epochs."""
+    if self.job_settings.do_train and self.job_settings.num_train_steps is None:
+      raise NotImplementedError("%s counts its steps from epochs: it must say how many "
+                                "training examples it has (train_size)" %
+                                type(self).__name__)
     return None, "training examples"
 
   def featurizing_processes(self, cache_dir):
@@ -55,18 +68,18 @@ class Task(object):
   def featurize(self, config):
     """Writes (or reuses) the records of every split into config.cache_dir."""
 
-  def model_fn(self):
+  def make_model_fn(self):
     """function(features, is_training) -> dict of outputs ("loss" when training)."""
     raise NotImplementedError
 
-  def train_dataset(self, config):
+  def make_train_dataset(self, config):
     """function(skip_batches) -> the training tf.data.Dataset in micro-batches."""
     raise NotImplementedError
 
   def log_before_training(self, config):
     """Logs what the run should know before its first step (e.g. the label skew)."""
 
-  def inference(self, config, model_fn):
+  def make_inference(self, config, model_fn):
     """The runner.Inference for evaluating and predicting after training, or None."""
     del config, model_fn
     return None
@@ -79,8 +92,9 @@ class Task(object):
   def evaluate_and_predict(self, config, model_fn, inference):
     """On the chief, after any training: writes the eval results and the predictions."""
 
-  def export(self):
-    """Exports the trained model to the run's export_dir (when it has one)."""
+  def export(self, export_dir):
+    """Exports the trained model into export_dir (a new version directory there)."""
+    raise NotImplementedError("%s has no export" % type(self).__name__)
 
 
 def record_file_inference(config, model_fn, record_files, spec, do_eval, do_predict):
@@ -107,24 +121,24 @@ def run_job(task, export_dir=None):
     task: a Task.
     export_dir: where the chief exports the trained model at the end, or None.
   """
-  job = task.job
+  job_settings = task.job_settings
   task.read_inputs()
   num_train_examples, example_noun = task.train_size()
-  with task.featurizing_processes(run_settings.planned_cache_dir(job)):
-    config = run_settings.make_run_config(job, num_train_examples, example_noun)
+  with task.featurizing_processes(run_settings.planned_cache_dir(job_settings)):
+    config = run_settings.make_run_config(job_settings, num_train_examples, example_noun)
     task.check_start(config)
     output_files.claim_output_dir(config)
-    if job.do_train and config.is_chief:
+    if job_settings.do_train and config.is_chief:
       task.write_model_files()
     task.featurize(config)
-  model_fn = task.model_fn()
-  inference = task.inference(config, model_fn)
-  if job.do_train:
+  model_fn = task.make_model_fn()
+  inference = task.make_inference(config, model_fn)
+  if job_settings.do_train:
     task.log_before_training(config)
-    runner.train(config, model_fn, task.train_dataset(config),
+    runner.train(config, model_fn, task.make_train_dataset(config),
                  task.eval_spec(config, inference), inference)
     if not config.is_chief:
       return  # the chief evaluates, predicts and exports
   task.evaluate_and_predict(config, model_fn, inference)
   if export_dir:
-    task.export()
+    task.export(export_dir)

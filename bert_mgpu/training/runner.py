@@ -1,10 +1,9 @@
 # coding=utf-8
 """The loop under every run_*_mgpu.py script: train(), infer() and evaluate().
 
-A run script checks its flags (bert_mgpu/command_line.py), builds a RunConfig with
-run_settings.make_run_config() (the batch and step arithmetic and the device check),
-claims its output_dir (output_files.claim_output_dir), and hands its model_fn and datasets
-to the functions here. Devices and towers are multigpu.py's; checkpoints and best/ are
+The run skeleton (job.py) builds a RunConfig with run_settings.make_run_config() (the batch
+and step arithmetic and the device check), claims output_dir, and hands a task's model_fn
+and datasets to the functions here. Devices and towers are multigpu.py's; checkpoints and best/ are
 checkpoints.py's; the other workers of a multi-worker run are behind peers.Peers.
 """
 
@@ -89,7 +88,7 @@ def train(config, model_fn, make_train_dataset, eval_spec=None, inference=None):
     if step is None:
       return start.latest  # the chief found nothing to train (several workers)
     with _Checkpointing(config, sess, graph, start, step) as saving:
-      progress = _Progress(config, saving.writer)
+      step_log = _Progress(config, saving.writer)
       health = _StepHealth(config, sess, graph.ops)
       early_stopped = False
       while step < config.num_train_steps and not peers.stopping(stop):
@@ -97,14 +96,14 @@ def train(config, model_fn, make_train_dataset, eval_spec=None, inference=None):
         if not health.update_applied(result, step + 1, saving.last_path):
           continue  # fp16 overflow: the update was skipped
         step += 1
-        progress.add(step, result)
+        step_log.add(step, result)
         if step % config.save_checkpoints_steps == 0 or step == config.num_train_steps:
           early_stopped = saving.save_and_evaluate(step)
           # The chief's verdict reaches every worker (they wait here while it evaluates).
           if peers.vote(sess, early_stopped):
             early_stopped = True
             break
-          progress.restart()
+          step_log.restart()
       peers.leave()
       if peers.stopping(stop):
         saving.save_unless_saved(step)  # not evaluated: best/ is left as it is

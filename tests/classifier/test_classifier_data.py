@@ -23,7 +23,7 @@ from bert_mgpu.classifier import file_readers  # pylint: disable=g-import-not-at
 from bert_mgpu.classifier import glue_processors  # pylint: disable=g-import-not-at-top
 from bert_mgpu.classifier import input_examples  # pylint: disable=g-import-not-at-top
 from bert_mgpu.classifier import metrics as classifier_metrics  # pylint: disable=g-import-not-at-top
-from bert_mgpu.classifier import tasks  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import task_registry  # pylint: disable=g-import-not-at-top
 from bert_mgpu.data import label_files  # pylint: disable=g-import-not-at-top
 from bert_mgpu.errors import UsageError  # pylint: disable=g-import-not-at-top
 from usage_errors import assert_usage_error  # pylint: disable=g-import-not-at-top
@@ -49,7 +49,7 @@ def write_vocab(tmp_path, tokens=VOCAB, name="vocab.txt"):
 
 
 def read(processor_name, data_dir, split):
-  processor = tasks.get_processor(processor_name)
+  processor = task_registry.get_processor(processor_name)
   return processor.get_examples(str(data_dir), split)
 
 
@@ -148,10 +148,10 @@ def test_clue_tasks(tmp_path, task):
 
 
 def test_clue_fixed_label_lists(tmp_path):
-  tnews = tasks.get_processor("tnews").get_labels(str(tmp_path))
+  tnews = task_registry.get_processor("tnews").get_labels(str(tmp_path))
   assert tnews == ["100", "101", "102", "103", "104", "106", "107", "108", "109", "110",
                    "112", "113", "114", "115", "116"]
-  iflytek = tasks.get_processor("iflytek").get_labels(str(tmp_path))
+  iflytek = task_registry.get_processor("iflytek").get_labels(str(tmp_path))
   assert iflytek == [str(i) for i in range(119)]
 
 
@@ -168,7 +168,8 @@ def test_thucnews_both_file_name_sets(tmp_path):
   # {train,dev,test}.txt take precedence over the cnews names.
   write(cnews / "dev.txt", u"科技\t芯片\n")
   assert summary(read("thucnews", cnews, "dev")) == [("dev-0", u"芯片", None, u"科技")]
-  assert tasks.get_processor("thucnews").input_files(str(cnews), "dev") == [str(cnews / "dev.txt")]
+  assert (task_registry.get_processor("thucnews").input_files(str(cnews), "dev") ==
+          [str(cnews / "dev.txt")])
 
 
 def test_thucnews_line_without_tab_in_training_file(tmp_path):
@@ -189,7 +190,7 @@ def test_cola(tmp_path):
   assert summary(read("cola", tmp_path, "dev")) == [("dev-0", "Dev one.", None, "1")]
   assert summary(read("cola", tmp_path, "test")) == [
       ("test-0", "Test one.", None, None), ("test-1", "Test two.", None, None)]
-  assert tasks.get_processor("cola").get_labels(str(tmp_path)) == ["0", "1"]
+  assert task_registry.get_processor("cola").get_labels(str(tmp_path)) == ["0", "1"]
 
 
 def test_mrpc(tmp_path):
@@ -201,7 +202,7 @@ def test_mrpc(tmp_path):
       ("train-0", 'A "quoted" one', "A two", "1")]
   assert summary(read("mrpc", tmp_path, "dev")) == [("dev-0", "B one", "B two", "0")]
   assert summary(read("mrpc", tmp_path, "test")) == [("test-0", "C1", "C2", None)]
-  assert tasks.get_processor("mrpc").get_labels(str(tmp_path)) == ["0", "1"]
+  assert task_registry.get_processor("mrpc").get_labels(str(tmp_path)) == ["0", "1"]
 
 
 def mnli_row(index, s1, s2, labels):
@@ -218,7 +219,7 @@ def test_mnli(tmp_path):
   assert summary(read("mnli", tmp_path, "train")) == [("train-5", "s1", "s2", "entailment")]
   assert summary(read("mnli", tmp_path, "dev")) == [("dev-9", "d1", "d2", "contradiction")]
   assert summary(read("mnli", tmp_path, "test")) == [("test-3", "t1", "t2", None)]
-  assert tasks.get_processor("mnli").get_labels(str(tmp_path)) == [
+  assert task_registry.get_processor("mnli").get_labels(str(tmp_path)) == [
       "contradiction", "entailment", "neutral"]
 
 
@@ -242,8 +243,8 @@ def test_xnli(tmp_path):
 
 
 def test_get_processor_names():
-  assert isinstance(tasks.get_processor("MrPc"), glue_processors.MrpcProcessor)
-  message = assert_usage_error(lambda: tasks.get_processor("sst2"), "sst2")
+  assert isinstance(task_registry.get_processor("MrPc"), glue_processors.MrpcProcessor)
+  message = assert_usage_error(lambda: task_registry.get_processor("sst2"), "sst2")
   for name in ["cola", "mnli", "mrpc", "xnli", "tsv", "csv", "jsonl", "tnews", "iflytek",
                "thucnews"]:
     assert name in message
@@ -257,7 +258,7 @@ def test_labels_txt_wins_and_is_saved_when_training(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", "label\ttext\nb\tx\na\ty\n")
   write(data_dir / "labels.txt", "zeta\n\n  b \r\na\n")
-  processor = tasks.get_processor("tsv")
+  processor = task_registry.get_processor("tsv")
   labels = class_labels.resolve_label_list(processor, str(data_dir), str(output_dir), do_train=True)
   assert labels == ["zeta", "b", "a"]
   class_labels.write_label_list(str(output_dir), labels)
@@ -268,7 +269,7 @@ def test_labels_txt_wins_and_is_saved_when_training(tmp_path):
 def test_labels_from_training_file_sorted(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", u"label\ttext\n财经\tx\n10\ty\n2\tz\n财经\tw\n")
-  labels = class_labels.resolve_label_list(tasks.get_processor("tsv"), str(data_dir),
+  labels = class_labels.resolve_label_list(task_registry.get_processor("tsv"), str(data_dir),
                                            str(output_dir), True)
   assert labels == ["10", "2", u"财经"]
   class_labels.write_label_list(str(output_dir), labels)
@@ -278,10 +279,10 @@ def test_labels_from_training_file_sorted(tmp_path):
 def test_fixed_labels_unless_labels_txt(tmp_path):
   data_dir = tmp_path / "data"
   os.makedirs(str(data_dir))
-  assert class_labels.resolve_label_list(tasks.get_processor("mrpc"), str(data_dir),
+  assert class_labels.resolve_label_list(task_registry.get_processor("mrpc"), str(data_dir),
                                          str(tmp_path / "o"), True) == ["0", "1"]
   write(data_dir / "labels.txt", "1\n0\n")
-  assert class_labels.resolve_label_list(tasks.get_processor("mrpc"), str(data_dir),
+  assert class_labels.resolve_label_list(task_registry.get_processor("mrpc"), str(data_dir),
                                          str(tmp_path / "o"), True) == ["1", "0"]
 
 
@@ -289,7 +290,7 @@ def test_eval_only_reuses_output_dir_labels(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", "label\ttext\na\tx\nb\ty\n")
   write(output_dir / "labels.txt", "b\nc\na\n")
-  processor = tasks.get_processor("tsv")
+  processor = task_registry.get_processor("tsv")
   assert class_labels.resolve_label_list(processor, str(data_dir), str(output_dir),
                                          False) == ["b", "c", "a"]
   # Training derives the list again; resolving writes nothing (main saves it after checks).
@@ -301,8 +302,8 @@ def test_eval_only_reuses_output_dir_labels(tmp_path):
 def test_eval_only_without_saved_labels_falls_back_and_writes_nothing(tmp_path):
   data_dir, output_dir = tmp_path / "data", tmp_path / "out"
   write(data_dir / "train.tsv", "label\ttext\nb\tx\na\ty\n")
-  assert class_labels.resolve_label_list(tasks.get_processor("tsv"), str(data_dir), str(output_dir),
-                                         False) == ["a", "b"]
+  assert class_labels.resolve_label_list(task_registry.get_processor("tsv"), str(data_dir),
+                                         str(output_dir), False) == ["a", "b"]
   assert not os.path.exists(str(output_dir / "labels.txt"))
 
 
@@ -310,7 +311,7 @@ def test_no_label_source_at_all(tmp_path):
   data_dir = tmp_path / "data"
   write(data_dir / "test.tsv", "text\nx\n")
   assert_usage_error(
-      lambda: class_labels.resolve_label_list(tasks.get_processor("tsv"), str(data_dir),
+      lambda: class_labels.resolve_label_list(task_registry.get_processor("tsv"), str(data_dir),
                                               str(tmp_path / "out"), False),
       os.path.join(str(data_dir), "labels.txt"), os.path.join(str(data_dir), "train.tsv"))
 
@@ -635,7 +636,7 @@ class CacheFixture(object):
     monkeypatch.setattr(featurizing_pool, "write_features", counting_write_features)
 
   def run(self, max_seq_length=8, labels=("a", "b"), do_lower_case=True, task_name="tsv"):
-    processor = tasks.get_processor("tsv")
+    processor = task_registry.get_processor("tsv")
     files = processor.input_files(self.data_dir, "train")
     cache = feature_cache.FeatureCache("train", files, list(labels), max_seq_length,
                                        self.vocab_file, do_lower_case, task_name)
@@ -742,7 +743,7 @@ def test_each_split_is_parsed_once_even_when_labels_come_from_training(tmp_path)
   # main() reads train, dev and test, then the label list from the training file.
   for split in ("train", "dev", "test"):
     write(tmp_path / (split + ".jsonl"), '{"text": "a", "label": "x"}\n')
-  processor = tasks.get_processor("jsonl")
+  processor = task_registry.get_processor("jsonl")
   parsed = []
   read_examples = processor._read_examples  # pylint: disable=protected-access
 
@@ -846,7 +847,7 @@ def test_carriage_return_inside_a_line_is_an_error(tmp_path, task, name, text):
 def test_labels_txt_with_cr_line_ends_is_an_error(tmp_path):
   write(tmp_path / "train.tsv", "label\ttext\na\tx\n")
   path = write(tmp_path / "labels.txt", "a\rb\r")
-  assert_usage_error(lambda: tasks.get_processor("tsv").get_labels(str(tmp_path)), path,
+  assert_usage_error(lambda: task_registry.get_processor("tsv").get_labels(str(tmp_path)), path,
                      "line 1", "carriage return")
 
 

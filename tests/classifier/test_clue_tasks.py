@@ -18,7 +18,7 @@ import pytest
 
 from bert_mgpu.classifier import clue_processors
 from bert_mgpu.classifier import input_examples
-from bert_mgpu.classifier import tasks
+from bert_mgpu.classifier import task_registry
 import cli
 from bert_mgpu.classifier import clue_submission
 from classifier_runs import base_flags, read_lines, run_classifier
@@ -40,7 +40,7 @@ def write_json_lines(path, objects):
 
 
 def read(task, data_dir, split):
-  return tasks.get_processor(task).get_examples(str(data_dir), split)
+  return task_registry.get_processor(task).get_examples(str(data_dir), split)
 
 
 def summary(examples):
@@ -111,7 +111,7 @@ def test_nli_drops_dash_rows_from_train_and_dev_and_logs_the_counts(tmp_path, ta
   assert len([m for m in log.messages if train in m and "2 of 4 examples dropped" in m]) == 1
   assert len([m for m in log.messages if dev in m and "1 of 2 examples dropped" in m]) == 1
   assert not [m for m in log.messages if "test.json" in m]
-  assert tasks.get_processor(task).get_labels(str(tmp_path)) == NLI_LABELS
+  assert task_registry.get_processor(task).get_labels(str(tmp_path)) == NLI_LABELS
 
 
 def test_ocnli_reads_train_50k_json_before_train_json(tmp_path):
@@ -120,7 +120,7 @@ def test_ocnli_reads_train_50k_json_before_train_json(tmp_path):
   assert [e.text_a for e in read("ocnli", tmp_path, "train")] == ["x"]
   path = write_json_lines(tmp_path / "train.50k.json", [
       {"sentence1": "50k", "sentence2": "y", "label": "entailment", "id": 3}])
-  processor = tasks.get_processor("ocnli")
+  processor = task_registry.get_processor("ocnli")
   assert processor.input_files(str(tmp_path), "train") == [path]
   assert summary(processor.get_examples(str(tmp_path), "train")) == [
       ("3", "50k", "y", "entailment", 3)]
@@ -177,14 +177,14 @@ def test_cluewsc2020_marks_the_spans_as_clues_baseline_does(tmp_path):
   assert examples[3].text_a == u"他走后，老蔡骂上了，说_老裴_[外甥]平白无故"
   assert summary(read("cluewsc2020", tmp_path, "test")) == [
       ("0", baseline_wsc_text(text, *spans[0]), None, None, 0)]
-  assert tasks.get_processor("cluewsc2020").get_labels(str(tmp_path)) == ["true", "false"]
+  assert task_registry.get_processor("cluewsc2020").get_labels(str(tmp_path)) == ["true", "false"]
 
 
 def test_fixed_label_lists_in_clues_order(tmp_path):
   expected = {"afqmc": ["0", "1"], "cmnli": NLI_LABELS, "ocnli": NLI_LABELS, "csl": ["0", "1"],
               "cluewsc2020": ["true", "false"]}
   for task, labels in expected.items():
-    assert tasks.get_processor(task).get_labels(str(tmp_path)) == labels, task
+    assert task_registry.get_processor(task).get_labels(str(tmp_path)) == labels, task
 
 
 def test_jsonl_takes_sentence1_and_sentence2(tmp_path):

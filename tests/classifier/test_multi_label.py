@@ -34,7 +34,7 @@ from bert_mgpu.classifier import featurizing_pool
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.classifier import predictions
-from bert_mgpu.classifier import tasks
+from bert_mgpu.classifier import task_registry
 from bert_mgpu.training import checkpoints
 import cli
 from bert_mgpu.classifier import multi_label
@@ -61,7 +61,7 @@ def write(path, text):
 
 
 def read_split(task, data_dir, split, separator=","):
-  return tasks.get_processor(task, separator).get_examples(str(data_dir), split)
+  return task_registry.get_processor(task, separator).get_examples(str(data_dir), split)
 
 
 def labels_of(examples):
@@ -89,7 +89,7 @@ def test_tsv_label_sets_with_the_default_separator(tmp_path):
   assert labels_of(read_split("tsv", tmp_path, "dev")) == [(), ("b",)]
   # A test example without labels has none to score against: None, as single-label tests.
   assert labels_of(read_split("tsv", tmp_path, "test")) == [None, ("a", "b")]
-  processor = tasks.get_processor("tsv", ",")
+  processor = task_registry.get_processor("tsv", ",")
   # The sorted distinct single labels, not the label fields.
   assert processor.get_labels(str(tmp_path)) == ["a", "a|b", "b", "c"]
   assert class_labels.resolve_label_list(processor, str(tmp_path), str(tmp_path / "out"),
@@ -103,7 +103,7 @@ def test_another_separator_and_csv_quoting(tmp_path):
   assert labels_of(read_split("tsv", tmp_path, "train", " | ")) == [("x|y",), ("y", "x,z")]
   write(tmp_path / "train.csv", 'label,text_a\n"news, sport","a, b"\n,empty\n')
   assert labels_of(read_split("csv", tmp_path, "train")) == [("news", "sport"), ()]
-  assert tasks.get_processor("csv", ",").get_labels(str(tmp_path)) == [
+  assert task_registry.get_processor("csv", ",").get_labels(str(tmp_path)) == [
       "news", "sport"]
 
 
@@ -145,7 +145,7 @@ def test_jsonl_list_item_with_an_unpaired_surrogate(tmp_path):
 def test_unknown_label_in_dev_names_file_line_and_label(tmp_path):
   write(tmp_path / "train.tsv", "label\ttext_a\na,b\tone\nb\ttwo\n")
   dev_file = write(tmp_path / "dev.tsv", "label\ttext_a\nb\tfine\n\tnone\nb, zzz ,a\tbad\n")
-  processor = tasks.get_processor("tsv", ",")
+  processor = task_registry.get_processor("tsv", ",")
   label_list = class_labels.resolve_label_list(processor, str(tmp_path), str(tmp_path),
                                                True)
   assert label_list == ["a", "b"]
@@ -166,31 +166,31 @@ def test_a_label_holding_the_separator_is_refused(tmp_path):
   write(tmp_path / "train.tsv", "label\ttext_a\nx\tone\n")
   write(tmp_path / "labels.txt", "x\nsport|news\n")
   assert_usage_error(lambda: class_labels.resolve_label_list(
-      tasks.get_processor("tsv", "|"), str(tmp_path), str(tmp_path), True),
+      task_registry.get_processor("tsv", "|"), str(tmp_path), str(tmp_path), True),
                      "'sport|news'", "separator", "'|'")
   # The same labels.txt is fine with another separator, and without --multi_label.
   for separator in (",", None):
     assert class_labels.resolve_label_list(
-        tasks.get_processor("tsv", separator), str(tmp_path), str(tmp_path),
+        task_registry.get_processor("tsv", separator), str(tmp_path), str(tmp_path),
         True) == ["x", "sport|news"]
   # A JSON list item holding the separator would be written back as two labels.
   jsonl_dir = tmp_path / "jsonl"
   write(jsonl_dir / "train.jsonl", '{"label": ["a,b"], "text": "t"}\n')
   assert_usage_error(lambda: class_labels.resolve_label_list(
-      tasks.get_processor("jsonl", ","), str(jsonl_dir), str(jsonl_dir), True),
+      task_registry.get_processor("jsonl", ","), str(jsonl_dir), str(jsonl_dir), True),
                      "'a,b'", "separator")
 
 
 def test_multi_label_only_for_tsv_csv_and_jsonl():
-  for name in tasks.PROCESSORS:
+  for name in task_registry.PROCESSORS:
     if name in ("tsv", "csv", "jsonl"):
-      assert tasks.get_processor(name, ",").label_separator == ","
-      assert tasks.get_processor(name).label_separator is None
+      assert task_registry.get_processor(name, ",").label_separator == ","
+      assert task_registry.get_processor(name).label_separator is None
     else:
-      assert_usage_error(lambda: tasks.get_processor(name, ","), "--multi_label",
+      assert_usage_error(lambda: task_registry.get_processor(name, ","), "--multi_label",
                          name)
   for separator in ("", " ", "\t"):
-    assert_usage_error(lambda: tasks.get_processor("tsv", separator),
+    assert_usage_error(lambda: task_registry.get_processor("tsv", separator),
                        "--label_separator")
 
 

@@ -1,6 +1,7 @@
 # coding=utf-8
-"""The run scripts' heads are importable together, without their flags, and build on
-features alone (what the benchmark, the export and the predictor need)."""
+"""The task units' heads (bert_mgpu/<task>/model.py) are importable together, without
+flags, and build on features alone (what the benchmark, the export and the predictor
+need)."""
 
 import numpy as np
 import tensorflow.compat.v1 as tf

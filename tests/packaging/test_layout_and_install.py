@@ -56,9 +56,19 @@ def source_files():
   return sorted(paths)
 
 
+# The other files the top level holds: the project's own, nothing else.
+PROJECT_FILES = ("README.md", "pyproject.toml", "requirements.txt", "requirements-tf1.txt",
+                 "requirements-test.txt")
+
+
 def test_the_top_level_holds_the_design_card_and_the_commands():
   assert top_level_modules(REPO_DIR) == sorted(DESIGN_CARD + COMMANDS)
   assert packaged_modules() == sorted(DESIGN_CARD + COMMANDS)
+  others = sorted(name for name in os.listdir(REPO_DIR)
+                  if os.path.isfile(os.path.join(REPO_DIR, name)) and not name.startswith(".")
+                  and not name.endswith(".py"))
+  assert set(others) <= set(PROJECT_FILES), "not a top-level file: %s" % (
+      sorted(set(others) - set(PROJECT_FILES)))
 
 
 def test_every_folder_of_the_package_is_a_package():
