@@ -137,8 +137,8 @@ class ClassifierTask(job.Task):
     command_line.load_tokenizer(s.vocab_file, s.do_lower_case, self.bert_config,
                                 s.bert_config_file, s.literal_special_tokens)
     featurizing.check_featurizing_inputs(s.max_seq_length, s.vocab_file)
-    self.processor = task_registry.get_processor(s.task_name,
-                                         s.label_separator if s.multi_label else None)
+    self.processor = task_registry.get_processor(
+        s.task_name, s.label_separator if s.multi_label else None)
     self.splits, self.label_list = class_labels.read_splits(
         self.processor, s.data_dir, self.job_settings.output_dir,
         [split for split, wanted in (("train", self.job_settings.do_train), ("dev", s.do_eval),
