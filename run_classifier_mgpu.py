@@ -67,7 +67,7 @@ def define_flags():
                       "it exports the model in --output_dir and needs no --data_dir.")
 
 
-def classifier_settings():
+def settings_from_flags():
   """The classifier_task.ClassifierSettings of the flags."""
   return classifier_task.ClassifierSettings(
       data_dir=FLAGS.data_dir, task_name=FLAGS.task_name,
@@ -91,7 +91,7 @@ def check_flags():
   when the job reads them). Returns the ClassifierSettings."""
   if FLAGS.clue_submission:
     clue_submission.check_flags(FLAGS.task_name, FLAGS.do_predict)
-  settings = classifier_settings()
+  settings = settings_from_flags()
   if command_line.check_actions(("data_dir", "task_name")):
     command_line.check_run_flags()
     return settings

@@ -83,7 +83,7 @@ def check_flags():
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
-def ner_settings():
+def settings_from_flags():
   """The NerSettings of the flags."""
   return ner_task.NerSettings(
       FLAGS.data_dir, FLAGS.vocab_file, FLAGS.bert_config_file, data_format=FLAGS.data_format,
@@ -98,7 +98,7 @@ def main(_):
   if command_line.export_only():
     ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir)
     return
-  task = ner_task.NerTask(command_line.job_settings(), ner_settings(), bert_config)
+  task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(), bert_config)
   job.run_job(task, FLAGS.export_dir)
 
 

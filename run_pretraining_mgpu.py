@@ -67,7 +67,7 @@ def check_flags():
     raise UsageError("--num_warmup_steps=%d: it must be 0 or more." % FLAGS.num_warmup_steps)
 
 
-def pretraining_settings():
+def settings_from_flags():
   """The PretrainingSettings of the flags, with bert_config.json read and checked."""
   return pretraining_task.PretrainingSettings(
       command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length),
@@ -78,7 +78,7 @@ def pretraining_settings():
 
 def main(_):
   check_flags()
-  settings = pretraining_settings()
+  settings = settings_from_flags()
   job.run_job(pretraining_task.PretrainingTask(command_line.job_settings(), settings))
 
 

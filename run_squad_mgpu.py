@@ -88,7 +88,7 @@ def check_flags():
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
-def squad_settings():
+def settings_from_flags():
   """The SquadSettings of the flags."""
   return squad_task.SquadSettings(
       train_file=FLAGS.train_file, predict_file=FLAGS.predict_file,
@@ -103,7 +103,7 @@ def main(_):
   bert_config = check_flags()
   tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
                                           FLAGS.bert_config_file)
-  job.run_job(squad_task.SquadTask(command_line.job_settings(), squad_settings(), bert_config,
+  job.run_job(squad_task.SquadTask(command_line.job_settings(), settings_from_flags(), bert_config,
                                    tokenizer))
 
 

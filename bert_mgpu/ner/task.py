@@ -5,7 +5,8 @@
 - NerTask: reads the splits and the tag list (bert_mgpu/ner/splits.py), featurizes the
   training split first (the steps count training windows), writes the tag list and the
   model files, every split's windows (on every run, no cache), trains the head of
-  bert_mgpu/ner/model.py, then scores the dev set and writes the predictions.
+  bert_mgpu/ner/model.py, then scores the dev set and writes the predictions
+  (bert_mgpu/ner/predictions.py).
 - export_model(): the SavedModel export of a trained output_dir (ner/serving.py).
 
 Outputs in output_dir: labels.txt, eval_results.txt, eval_report.txt and .json, predict.txt
@@ -22,11 +23,11 @@ from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import predictions
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.ner import splits as ner_splits
 from bert_mgpu.ner import tag_labels
-from bert_mgpu.ner import writers
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import job
@@ -150,8 +151,8 @@ class NerTask(job.Task):
       return None
 
     def dev_metrics(outputs):
-      return ner_metrics(self.splits["dev"], outputs, self.label_list, self.scheme,
-                         self.settings.use_crf)[0]
+      return predictions.ner_metrics(self.splits["dev"], outputs, self.label_list,
+                                     self.scheme, self.settings.use_crf)[0]
 
     return runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
                            self.settings.best_metric, self.settings.early_stopping_patience)
@@ -166,15 +167,15 @@ class NerTask(job.Task):
     tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
     if s.do_eval:
       outputs = inference.outputs("eval")
-      metrics, result = ner_metrics(self.splits["dev"], outputs, self.label_list, self.scheme,
-                                    s.use_crf)
+      metrics, result = predictions.ner_metrics(self.splits["dev"], outputs, self.label_list,
+                                                self.scheme, s.use_crf)
       runner.write_eval_results(output_dir, metrics, checkpoint)
-      write_eval_reports(output_dir, result)
+      predictions.write_eval_reports(output_dir, result)
     if s.do_predict:
       outputs = inference.outputs("predict")
-      tags = sentence_tags(self.splits["test"], outputs["tag_ids"], self.label_list,
-                           self.scheme)
-      write_predictions(output_dir, self.splits["test"], self.data_format, tags)
+      tags = predictions.sentence_tags(self.splits["test"], outputs["tag_ids"],
+                                       self.label_list, self.scheme)
+      predictions.write_predictions(output_dir, self.splits["test"], self.data_format, tags)
       tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
                       len(tags), sum(len(ner_scoring.entities(t)) for t in tags), output_dir)
 
@@ -199,52 +200,3 @@ def log_tag_skew(config, windows, num_tags, shuffle_buffer):
     targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
                                noun="tag")
-
-
-# ---------------------------------------------------------------------------
-# Predictions and scores
-# ---------------------------------------------------------------------------
-
-def sentence_tags(split, window_tag_ids, label_list, scheme):
-  """The predicted tags of every sentence, from the windows' per-piece predictions."""
-  tags, start = [], 0
-  for aligned, windows in split.featurized:
-    predicted = window_tag_ids[start:start + len(windows)]
-    tags.append(featurizing.tags_from_windows(aligned, windows, predicted, label_list, scheme))
-    start += len(windows)
-  if start != len(window_tag_ids):
-    raise AssertionError("%d window predictions for %d windows" % (len(window_tag_ids), start))
-  return tags
-
-
-def ner_metrics(split, outputs, label_list, scheme, use_crf):
-  """(eval_results metrics, the full ner_scoring.score result) of a split's outputs.
-
-  Args:
-    use_crf: whether the head is a CRF: its loss is then per window, not per token.
-  """
-  predicted = sentence_tags(split, outputs["tag_ids"], label_list, scheme)
-  result = ner_scoring.score([s.tags for s in split.data.sentences], predicted, scheme)
-  # Token mean of the cross-entropy, or the mean CRF negative log-likelihood per window.
-  denominator = len(outputs["row_loss"]) if use_crf else outputs["row_tokens"].sum()
-  loss = float(outputs["row_loss"].sum() / max(denominator, 1.0))
-  metrics = {"precision": result["precision"], "recall": result["recall"],
-             "f1": result["f1"], "macro_f1": result["macro_f1"], "loss": loss}
-  return metrics, result
-
-
-def write_eval_reports(output_dir, result):
-  """eval_report.txt (per entity type, for a person) and eval_report.json."""
-  output_files.write_eval_report(output_dir, ner_scoring.format_report(result), result,
-                                 sort_keys=True)
-
-
-def write_predictions(output_dir, split, data_format, tags):
-  """predict.txt (conll) or predict.json (cluener), and predict_entities.jsonl."""
-  if data_format == "conll":
-    writers.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data, tags)
-  else:
-    writers.write_cluener_predictions(os.path.join(output_dir, "predict.json"),
-                                      split.data.sentences, tags)
-  writers.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
-                                 split.data.sentences, tags)

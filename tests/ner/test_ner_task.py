@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Tests of the NER task unit without flags (bert_mgpu/ner/{splits,task}.py): the splits read
+"""Tests of the NER task unit without flags (bert_mgpu/ner/{splits,predictions}.py): the splits read
 with their tag list, windowed, and scored by ner_metrics, whose loss is per token for the
 softmax head and per window for the CRF (--use_crf, an argument here). The whole job runs in
 tests/commands/test_run_ner.py."""
@@ -11,8 +11,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import predictions as ner_predictions
 from bert_mgpu.ner import splits as ner_splits
-from bert_mgpu.ner import task as ner_task
 import tokenization
 
 TRAIN = u"李 B-PER\n明 I-PER\n去 O\n北 B-LOC\n京 I-LOC\n\n你 O\n好 O\n"
@@ -74,7 +74,7 @@ def test_ner_metrics_scores_the_windows_and_divides_the_loss_by_the_heads_unit(
   row_tokens = np.array([sum(w.label_mask) for w in windows], np.float32)
   outputs = {"tag_ids": tag_ids, "row_loss": np.array([1.0, 2.0, 3.0]),
              "row_tokens": row_tokens}
-  metrics, result = ner_task.ner_metrics(dev, outputs, label_list, scheme, use_crf)
+  metrics, result = ner_predictions.ner_metrics(dev, outputs, label_list, scheme, use_crf)
   assert metrics["f1"] == metrics["precision"] == metrics["recall"] == 1.0
   assert result["f1"] == 1.0
   # Per window with the CRF, else per first piece (token).
@@ -88,10 +88,10 @@ def test_sentence_tags_refuses_a_prediction_count_that_is_not_the_windows(data_d
                                                          None)
   ner_splits.featurize_split(splits["dev"], tokenizer, label_list, MAX_SEQ_LENGTH, DOC_STRIDE)
   tag_ids = np.array([w.label_ids for w in splits["dev"].windows])
-  assert ner_task.sentence_tags(splits["dev"], tag_ids, label_list, scheme) == [
+  assert ner_predictions.sentence_tags(splits["dev"], tag_ids, label_list, scheme) == [
       ["B-PER", "O", "B-LOC", "I-LOC"], ["O"]]
   with pytest.raises(AssertionError, match="4 window predictions for 3 windows"):
-    ner_task.sentence_tags(splits["dev"], np.concatenate([tag_ids, tag_ids[:1]]), label_list,
+    ner_predictions.sentence_tags(splits["dev"], np.concatenate([tag_ids, tag_ids[:1]]), label_list,
                            scheme)
 
 

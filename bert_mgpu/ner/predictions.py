@@ -1,0 +1,56 @@
+# coding=utf-8
+"""NER's predictions and scores: sentence tags from the windows' predictions, the entity
+scores of a split (bert_mgpu/ner/scoring.py), and the output files (eval_report.*, predict.txt
+or predict.json, predict_entities.jsonl)."""
+
+import os
+
+from bert_mgpu.data import output_files
+from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner import writers
+
+
+def sentence_tags(split, window_tag_ids, label_list, scheme):
+  """The predicted tags of every sentence, from the windows' per-piece predictions."""
+  tags, start = [], 0
+  for aligned, windows in split.featurized:
+    predicted = window_tag_ids[start:start + len(windows)]
+    tags.append(featurizing.tags_from_windows(aligned, windows, predicted, label_list, scheme))
+    start += len(windows)
+  if start != len(window_tag_ids):
+    raise AssertionError("%d window predictions for %d windows" % (len(window_tag_ids), start))
+  return tags
+
+
+def ner_metrics(split, outputs, label_list, scheme, use_crf):
+  """(eval_results metrics, the full ner_scoring.score result) of a split's outputs.
+
+  Args:
+    use_crf: whether the head is a CRF: its loss is then per window, not per token.
+  """
+  predicted = sentence_tags(split, outputs["tag_ids"], label_list, scheme)
+  result = ner_scoring.score([s.tags for s in split.data.sentences], predicted, scheme)
+  # Token mean of the cross-entropy, or the mean CRF negative log-likelihood per window.
+  denominator = len(outputs["row_loss"]) if use_crf else outputs["row_tokens"].sum()
+  loss = float(outputs["row_loss"].sum() / max(denominator, 1.0))
+  metrics = {"precision": result["precision"], "recall": result["recall"],
+             "f1": result["f1"], "macro_f1": result["macro_f1"], "loss": loss}
+  return metrics, result
+
+
+def write_eval_reports(output_dir, result):
+  """eval_report.txt (per entity type, for a person) and eval_report.json."""
+  output_files.write_eval_report(output_dir, ner_scoring.format_report(result), result,
+                                 sort_keys=True)
+
+
+def write_predictions(output_dir, split, data_format, tags):
+  """predict.txt (conll) or predict.json (cluener), and predict_entities.jsonl."""
+  if data_format == "conll":
+    writers.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data, tags)
+  else:
+    writers.write_cluener_predictions(os.path.join(output_dir, "predict.json"),
+                                      split.data.sentences, tags)
+  writers.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
+                                 split.data.sentences, tags)
