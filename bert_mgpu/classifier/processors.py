@@ -31,8 +31,6 @@ from bert_mgpu.data import text_files
 from bert_mgpu.data.text_files import line_error
 from bert_mgpu.errors import UsageError
 
-SPLITS = ("train", "dev", "test")
-
 # The flag that makes a run read each split.
 _SPLIT_FLAGS = {"train": "--do_train", "dev": "--do_eval", "test": "--do_predict"}
 

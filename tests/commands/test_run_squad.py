@@ -643,14 +643,7 @@ def bad_input_runs(tmp_path_factory):
                                      "max_seq_length_too_short", "unanswerable_without_v2"])
 def test_bad_input_gets_a_one_line_error(bad_input_runs, case_id):
   case, result = bad_input_runs[case_id]
-  stderr = result.stderr
-  assert result.returncode == 1, stderr[-3000:]
-  assert "Traceback" not in stderr, stderr[-3000:]
-  error_lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
-  assert len(error_lines) == 1, stderr[-3000:]
-  assert stderr.rstrip("\n").splitlines()[-1] == error_lines[0]
-  for expected in case.expected_substrings:
-    assert expected in error_lines[0], (expected, error_lines[0])
+  cli.assert_one_line_error(result, *case.expected_substrings, last=True)
   output_dir = [a for a in case.args if a.startswith("--output_dir=")][0].split("=", 1)[1]
   assert not os.path.exists(output_dir)
 

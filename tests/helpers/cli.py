@@ -4,12 +4,15 @@ interpreter running pytest (so the same TensorFlow), bounded in time, and checks
 outcome. Every test that starts a script uses it."""
 
 import collections
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 # This file is tests/helpers/cli.py.
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,8 +128,9 @@ def assert_succeeded(result):
   assert "Traceback" not in result.stderr, result.stderr[-5000:]
 
 
-def assert_one_line_error(result, *must_contain):
-  """A usage error: exit 1, one `error: ` line holding every fragment, no traceback.
+def assert_one_line_error(result, *must_contain, last=False):
+  """A usage error: exit 1, one `error: ` line holding every fragment, no traceback; with
+  `last`, that line is also the last one written to stderr.
 
   Returns:
     The error line.
@@ -138,4 +142,17 @@ def assert_one_line_error(result, *must_contain):
   assert len(errors) == 1, output[-5000:]
   for fragment in must_contain:
     assert fragment in errors[0], (fragment, errors[0])
+  if last:
+    assert result.stderr.rstrip("\n").splitlines()[-1] == errors[0], result.stderr[-3000:]
   return errors[0]
+
+
+def http_json(url, body=None, timeout=60):
+  """GET (body None) or POST `body` (bytes) to a test's server on 127.0.0.1; returns
+  (status, decoded JSON reply), for error statuses too."""
+  req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+  try:
+    with urllib.request.urlopen(req, timeout=timeout) as response:
+      return response.status, json.loads(response.read().decode("utf-8"))
+  except urllib.error.HTTPError as e:
+    return e.code, json.loads(e.read().decode("utf-8"))

@@ -15,8 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -183,12 +181,7 @@ def test_predict_text_on_the_output_dir_and_the_export_gives_do_predicts_entitie
 
 
 def request(url, body=None):
-  req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-  try:
-    with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_SECONDS) as response:
-      return response.status, json.loads(response.read().decode("utf-8"))
-  except urllib.error.HTTPError as e:
-    return e.code, json.loads(e.read().decode("utf-8"))
+  return cli.http_json(url, body, REQUEST_TIMEOUT_SECONDS)
 
 
 def test_serve_answers_entities(trained, tmp_path):

@@ -19,8 +19,6 @@ import struct
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -39,13 +37,7 @@ MAX_REQUEST_TEXTS = 160
 
 
 def request(url, body=None):
-  """GET (body None) or POST `body` (bytes); returns (status, decoded JSON reply)."""
-  req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-  try:
-    with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_SECONDS) as response:
-      return response.status, json.loads(response.read().decode("utf-8"))
-  except urllib.error.HTTPError as e:
-    return e.code, json.loads(e.read().decode("utf-8"))
+  return cli.http_json(url, body, REQUEST_TIMEOUT_SECONDS)
 
 
 def post_texts(base_url, texts, texts_b=None):
