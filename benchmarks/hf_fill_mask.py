@@ -2,10 +2,12 @@
 """fill_mask.py's peer: Hugging Face's BERT masked LM on the same checkpoint and inputs,
 and the comparison of the two outputs.
 
-The weights come from our TensorFlow checkpoint through transformers' own converter,
-`load_tf_weights_in_bert` (transformers 4.x; 5.x removed it). It reads the checkpoint with
-TensorFlow, so run this under an interpreter that has torch, transformers<5 and
-tensorflow (benchmarks/README.md, "fill_mask.py against BertForMaskedLM").
+The weights: with --hf_model_dir, the directory `convert_checkpoint.py --to=transformers`
+wrote from our checkpoint (any transformers version); else our TensorFlow checkpoint through
+transformers' own converter, `load_tf_weights_in_bert` (transformers 4.x; 5.x removed it).
+The examples come from fill_mask.py, which imports TensorFlow, so run this under an
+interpreter that has torch, transformers and tensorflow (benchmarks/README.md, "fill_mask.py
+against transformers' masked LM").
 
 Only the model differs from fill_mask.py: the examples are fill_mask.read_examples' (the
 same tokenizer with literal [MASK], ids, segment ids, mask positions, one example per
@@ -21,7 +23,7 @@ With --compare_with (fill_mask.py's output for the same input), prints one JSON 
 
   python benchmarks/hf_fill_mask.py --init_checkpoint=CKPT --bert_config_file=CFG \\
       --vocab_file=VOCAB --input_file=IN --output_file=OUT [--candidates] [--top_k=5] \\
-      [--compare_with=OURS] [--answers_file=ANSWERS] [--threads=N]
+      [--compare_with=OURS] [--answers_file=ANSWERS] [--threads=N] [--hf_model_dir=DIR]
 """
 
 import argparse
@@ -42,6 +44,16 @@ from bert_mgpu.pretraining import data_settings  # pylint: disable=wrong-import-
 import fill_mask  # pylint: disable=wrong-import-position
 import hf_common  # pylint: disable=wrong-import-position
 import tokenization  # pylint: disable=wrong-import-position
+
+
+def load_converted_model(hf_model_dir):
+  """The masked LM of a convert_checkpoint.py --to=transformers directory (BertForMaskedLM
+  or BertForPreTraining, as the checkpoint's heads make it)."""
+  architecture = transformers.AutoConfig.from_pretrained(hf_model_dir).architectures[0]
+  model = getattr(transformers, architecture).from_pretrained(hf_model_dir,
+                                                              attn_implementation="eager")
+  model.eval()
+  return model
 
 
 def load_model(init_checkpoint, bert_config_file):
@@ -72,8 +84,11 @@ def run_examples(model, examples, batch_size, top_k, max_seq_length):
       chunk = examples[start:start + batch_size]
       batch = {name: torch.from_numpy(value.astype(np.int64)) for name, value in
                fill_mask.pad_examples(chunk, 1, max_seq_length).items()}
-      logits = model(input_ids=batch["input_ids"], attention_mask=batch["input_mask"],
-                     token_type_ids=batch["segment_ids"]).prediction_logits  # [batch, seq, vocab]
+      outputs = model(input_ids=batch["input_ids"], attention_mask=batch["input_mask"],
+                      token_type_ids=batch["segment_ids"])
+      # [batch, seq, vocab]: BertForPreTraining's prediction_logits, BertForMaskedLM's logits
+      logits = (outputs.prediction_logits if "prediction_logits" in outputs else
+                outputs.logits)
       rows = torch.arange(len(chunk)).unsqueeze(1)
       log_probs = torch.log_softmax(  # [batch, masks, vocab]
           logits[rows, batch["mask_positions"]].float(), dim=-1)
@@ -135,7 +150,9 @@ def read_json_lines(path):
 
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--init_checkpoint", required=True, help="A checkpoint prefix.")
+  parser.add_argument("--init_checkpoint", help="A checkpoint prefix (without --hf_model_dir).")
+  parser.add_argument("--hf_model_dir", help="convert_checkpoint.py --to=transformers's output "
+                      "for the checkpoint, instead of --init_checkpoint.")
   parser.add_argument("--bert_config_file", required=True)
   parser.add_argument("--vocab_file", required=True)
   parser.add_argument("--do_lower_case", type=int, default=1)
@@ -160,7 +177,8 @@ def main():
                                          literal_special_tokens=True)
   lines, examples = fill_mask.read_examples(args.input_file, tokenizer, args.max_seq_length,
                                             args.candidates, args.blank_marker)
-  model = load_model(args.init_checkpoint, args.bert_config_file)
+  model = (load_converted_model(args.hf_model_dir) if args.hf_model_dir else
+           load_model(args.init_checkpoint, args.bert_config_file))
   results = run_examples(model, examples, args.batch_size, args.top_k, args.max_seq_length)
   records = (fill_mask.candidate_records(lines, examples, results) if args.candidates else
              fill_mask.fill_records(lines, examples, results, tokenizer))

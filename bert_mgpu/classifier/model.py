@@ -19,6 +19,12 @@ import modeling
 # from the softmax head's, so neither kind of checkpoint loads silently into the other.
 MULTI_LABEL_SCOPE = "multi_label"
 
+# The head's variables by their names in transformers' BertForSequenceClassification
+# (convert_checkpoint.py). Both frameworks lay them out [labels, hidden] and [labels].
+TRANSFORMERS_NAMES = {"output_weights": "classifier.weight", "output_bias": "classifier.bias"}
+MULTI_LABEL_TRANSFORMERS_NAMES = {MULTI_LABEL_SCOPE + "/" + name: transformers_name
+                                  for name, transformers_name in TRANSFORMERS_NAMES.items()}
+
 
 def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=None):
   """Returns model_fn(features, is_training): BERT + a classifier head on the pooled output.

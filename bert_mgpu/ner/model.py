@@ -17,6 +17,13 @@ import modeling
 
 HEAD_SCOPE = "cls/ner"
 
+# The head's variables by their names in transformers' BertForTokenClassification
+# (convert_checkpoint.py), laid out alike. transformers has no CRF: the transitions are
+# written beside its files.
+TRANSFORMERS_NAMES = {HEAD_SCOPE + "/output_weights": "classifier.weight",
+                      HEAD_SCOPE + "/output_bias": "classifier.bias"}
+CRF_TRANSITIONS = "%s/%s/%s" % (HEAD_SCOPE, crf.TRANSITIONS_SCOPE, crf.TRANSITIONS_NAME)
+
 
 def _first_pieces_first(values, tag_mask):
   """Moves each row's first-piece positions to its front, in order.

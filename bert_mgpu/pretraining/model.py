@@ -11,6 +11,21 @@ import tensorflow.compat.v1 as tf
 
 import modeling
 
+# The heads' variables by their names in transformers' BertForMaskedLM / BertForPreTraining
+# (convert_checkpoint.py). A dense `kernel` is [in, out] here and [out, in] there; the
+# masked LM's output weight is the word embedding table in both.
+MASKED_LM_TRANSFORMERS_NAMES = {
+    "cls/predictions/transform/dense/kernel": "cls.predictions.transform.dense.weight",
+    "cls/predictions/transform/dense/bias": "cls.predictions.transform.dense.bias",
+    "cls/predictions/transform/LayerNorm/gamma": "cls.predictions.transform.LayerNorm.weight",
+    "cls/predictions/transform/LayerNorm/beta": "cls.predictions.transform.LayerNorm.bias",
+    "cls/predictions/output_bias": "cls.predictions.bias",
+}
+NEXT_SENTENCE_TRANSFORMERS_NAMES = {
+    "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
+    "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
+}
+
 
 def gather_positions(sequence_tensor, positions):
   """Gathers the vectors at `positions` of each example.

@@ -13,6 +13,11 @@ import modeling
 # A span logit for padding positions: their softmax weight is then 0 (as in attention).
 PADDING_LOGIT = -10000.0
 
+# The head's variables by their names in transformers' BertForQuestionAnswering
+# (convert_checkpoint.py): [2, hidden] and [2], start before end, in both.
+TRANSFORMERS_NAMES = {"cls/squad/output_weights": "qa_outputs.weight",
+                      "cls/squad/output_bias": "qa_outputs.bias"}
+
 
 def create_model_fn(bert_config, max_seq_length=None):
   """Returns model_fn(features, is_training): BERT + Google's span head.

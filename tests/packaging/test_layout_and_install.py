@@ -19,7 +19,8 @@ from cli import REPO_DIR
 # run_pretraining, create_pretraining_data) with multigpu, and our other commands.
 DESIGN_CARD = ("modeling", "optimization", "tokenization", "multigpu")
 COMMANDS = ("run_classifier_mgpu", "run_squad_mgpu", "run_pretraining_mgpu", "run_ner_mgpu",
-            "create_pretraining_data", "predict_text", "extract_features", "fill_mask")
+            "create_pretraining_data", "predict_text", "extract_features", "fill_mask",
+            "convert_checkpoint")
 PACKAGE = "bert_mgpu"
 
 # The size limits of issue #30, in lines.

@@ -1,0 +1,67 @@
+# coding=utf-8
+"""The models that convert: each task's head and the transformers class that holds it.
+
+A Head names the transformers class (config.json's `architectures`), its head variables
+by Google's and transformers' names (from the task units), and whether that class has
+BERT's pooler (BertForTokenClassification, BertForQuestionAnswering and BertForMaskedLM
+have none: our models build it but never read it there).
+"""
+
+import collections
+
+from bert_mgpu.classifier import model as classifier_model
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.pretraining import model as pretraining_model
+from bert_mgpu.squad import model as squad_model
+
+Head = collections.namedtuple("Head", ["kind", "architecture", "names", "has_pooler"])
+Head.__doc__ = """A model that converts.
+
+Fields:
+  kind: our name for it ("classifier", "multi_label", "ner", "squad", "pretraining",
+    "masked_lm", "encoder").
+  architecture: the transformers class, e.g. "BertForSequenceClassification".
+  names: dict Google variable name -> transformers parameter name, for the head's variables.
+  has_pooler: whether the transformers class holds bert.pooler.
+"""
+
+_PRETRAINING_NAMES = dict(pretraining_model.MASKED_LM_TRANSFORMERS_NAMES,
+                          **pretraining_model.NEXT_SENTENCE_TRANSFORMERS_NAMES)
+
+# In the order detect() tries them: a head is recognised when all its variables are there.
+HEADS = (
+    Head("multi_label", "BertForSequenceClassification",
+         classifier_model.MULTI_LABEL_TRANSFORMERS_NAMES, True),
+    Head("classifier", "BertForSequenceClassification", classifier_model.TRANSFORMERS_NAMES,
+         True),
+    Head("ner", "BertForTokenClassification", ner_model.TRANSFORMERS_NAMES, False),
+    Head("squad", "BertForQuestionAnswering", squad_model.TRANSFORMERS_NAMES, False),
+    Head("pretraining", "BertForPreTraining", _PRETRAINING_NAMES, True),
+    Head("masked_lm", "BertForMaskedLM", pretraining_model.MASKED_LM_TRANSFORMERS_NAMES, False),
+    Head("encoder", "BertModel", {}, True),
+)
+
+HEADS_BY_KIND = {head.kind: head for head in HEADS}
+
+# The heads a --to=tensorflow conversion keeps without --keep_head: they do not depend on a
+# label count, and every run script starts from them (the pretraining heads).
+PRETRAINING_KINDS = ("pretraining", "masked_lm", "encoder")
+
+
+def detect(variable_names):
+  """The first Head of HEADS whose variables are all among `variable_names`."""
+  names = set(variable_names)
+  for head in HEADS:
+    if all(name in names for name in head.names):
+      return head
+  raise AssertionError("the encoder head has no variables, so it always matches")
+
+
+def fine_tuned_head(architecture):
+  """The Head of a fine-tuned transformers class (sequence or token classification, QA),
+  or None."""
+  for head in HEADS:
+    if head.architecture == architecture and head.kind not in PRETRAINING_KINDS + (
+        "multi_label",):
+      return head
+  return None

@@ -1,0 +1,231 @@
+# coding=utf-8
+"""A BERT-architecture model in transformers' format to a Google-named checkpoint.
+
+Reads config.json, model.safetensors (or its shards, or pytorch_model.bin with torch) and
+vocab.txt (or tokenizer.json's WordPiece vocab); writes bert_model.ckpt, bert_config.json
+and vocab.txt, which every run script takes (--init_checkpoint=<output>/bert_model.ckpt).
+
+By default BERT and its pretraining heads (masked LM, next sentence) are written, so the
+checkpoint fine-tunes for any label count. keep_head=True also converts a fine-tuned
+sequence-classification, token-classification or question-answering head, with labels.txt
+and model_settings.json and a `checkpoint` file, into an output_dir that our scripts
+evaluate, predict with and export.
+"""
+
+import collections
+import os
+
+import numpy as np
+
+from bert_mgpu.classifier import multi_label
+from bert_mgpu.data import output_files
+from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.serving import model_files
+from bert_mgpu.training import checkpoints
+from bert_mgpu.transformers_format import heads
+from bert_mgpu.transformers_format import model_config
+from bert_mgpu.transformers_format import to_transformers
+from bert_mgpu.transformers_format import weight_files
+from bert_mgpu.transformers_format import weight_names
+
+CHECKPOINT_NAME = "bert_model.ckpt"
+
+_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+_DECODER_WEIGHT = "cls.predictions.decoder.weight"
+_DECODER_BIAS = "cls.predictions.decoder.bias"
+_OUTPUT_BIAS = "cls.predictions.bias"
+
+
+def _normalized(raw):
+  """transformers' arrays under today's names: "bert." prefixed (BertModel saves none),
+  LayerNorm `weight`/`bias` (older files say `gamma`/`beta`), buffers (position_ids) out."""
+  arrays = collections.OrderedDict()
+  for name, array in raw.items():
+    if array.dtype.kind != "f":
+      continue  # an integer buffer (embeddings.position_ids), not a weight
+    if not name.startswith(("bert.",) + _HEAD_PREFIXES):
+      name = "bert." + name
+    name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
+                                                                       "LayerNorm.bias")
+    arrays[name] = array
+  return arrays
+
+
+def _tied_decoder(arrays, dropped):
+  """Folds the masked LM's decoder into our tied head: its weight must be the word embedding
+  table (else it is dropped and named), its bias is cls.predictions.bias."""
+  if _DECODER_BIAS in arrays:
+    bias = arrays.pop(_DECODER_BIAS)
+    arrays.setdefault(_OUTPUT_BIAS, bias)
+  if _DECODER_WEIGHT in arrays:
+    decoder = arrays.pop(_DECODER_WEIGHT)
+    if not np.array_equal(decoder, arrays.get("bert.embeddings.word_embeddings.weight")):
+      dropped.append(_DECODER_WEIGHT + " (not tied to the word embeddings, as ours is)")
+
+
+def _model_head(config, config_path, keep_head):
+  """The fine-tuned Head to keep (None without keep_head or without one)."""
+  architectures = config.get("architectures") or []
+  architecture = architectures[0] if architectures else None
+  head = heads.fine_tuned_head(architecture) if keep_head else None
+  if head and head.kind == "classifier" and (
+      config.get("problem_type") == "multi_label_classification"):
+    head = heads.HEADS_BY_KIND["multi_label"]
+  if head and head.kind != "squad":
+    model_config.labels_of(config, config_path)  # checked before anything is written
+  return head
+
+
+def google_arrays(raw, head):
+  """The arrays by Google's names in Google's layout, and the parameters dropped.
+
+  Args:
+    raw: dict transformers name -> array, as read.
+    head: the fine-tuned heads.Head to keep, or None.
+
+  Raises:
+    UsageError: a `bert.` parameter that BERT's architecture does not have.
+  """
+  arrays = _normalized(raw)
+  dropped = []
+  _tied_decoder(arrays, dropped)
+  by_transformers_name = {}
+  for kind in ("pretraining",) + ((head.kind,) if head else ()):
+    by_transformers_name.update({target: name for name, target in
+                                 heads.HEADS_BY_KIND[kind].names.items()})
+  converted = collections.OrderedDict()
+  for name, array in arrays.items():
+    google_name = by_transformers_name.get(name) or weight_names.body_to_google(name)
+    if google_name:
+      converted[google_name] = weight_names.to_google_layout(google_name, array)
+    elif name.startswith("bert."):
+      raise UsageError("the parameter %s is not part of BERT's architecture: only BERT's "
+                       "architecture converts." % name)
+    else:
+      dropped.append(name)
+  return converted, dropped
+
+
+def _check_shapes(arrays, bert_config, weights_path):
+  """Refuses weights whose shapes differ from the config's, or that lack a BERT weight."""
+  expected = weight_names.body_shapes(bert_config)
+  for name, shape in expected.items():
+    if name not in arrays:
+      if name.startswith(weight_names.POOLER_PREFIX):
+        continue  # BertForMaskedLM, token classification and QA have no pooler
+      raise UsageError("%s lacks BERT's %s: it is not a complete BERT model." % (
+          weights_path, weight_names.body_to_transformers(name)))
+    if list(arrays[name].shape) != shape:
+      raise UsageError("%s: %s is %s, but config.json makes it %s: the weights and the config "
+                       "belong to different models." % (
+                           weights_path, weight_names.body_to_transformers(name),
+                           list(arrays[name].shape), shape))
+
+
+def _settings(head, input_dir, do_lower_case, max_seq_length, beside):
+  """model_settings.json of a kept classifier or tagger: the one written beside the model
+  by --to=transformers, else one made from the tokenizer's case and max_seq_length."""
+  if model_files.SETTINGS_FILE in beside:
+    return model_config.read_json(os.path.join(input_dir, model_files.SETTINGS_FILE))
+  if head.kind == "ner":
+    return ner_serving.ner_settings(do_lower_case, max_seq_length, max_seq_length // 2,
+                                    to_transformers.CRF_TRANSITIONS_FILE in beside)
+  settings = model_files.classifier_settings("tsv", do_lower_case, max_seq_length)
+  if head.kind == "multi_label":
+    settings["multi_label"] = True
+  return settings
+
+
+def _head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length):
+  """labels.txt, model_settings.json and the files beside a kept head; the CRF's
+  transitions join `arrays`; BERT's pooler, which token classification and QA lack, is
+  written as zeros (those models never read it; our graph has it)."""
+  hidden = arrays["bert/embeddings/word_embeddings"].shape[1]
+  if not head.has_pooler:
+    arrays.setdefault("bert/pooler/dense/kernel", np.zeros([hidden, hidden], np.float32))
+    arrays.setdefault("bert/pooler/dense/bias", np.zeros([hidden], np.float32))
+  if head.kind == "squad":
+    return {}
+  labels = model_config.labels_of(config, os.path.join(input_dir, model_config.CONFIG_FILE))
+  beside = {name for name in (to_transformers.CRF_TRANSITIONS_FILE, model_files.SETTINGS_FILE,
+                              multi_label.THRESHOLDS_FILE)
+            if os.path.isfile(os.path.join(input_dir, name))}
+  if to_transformers.CRF_TRANSITIONS_FILE in beside and head.kind == "ner":
+    crf = model_config.read_json(os.path.join(input_dir, to_transformers.CRF_TRANSITIONS_FILE))
+    transitions = np.asarray(crf.get("transitions"), dtype=np.float32)
+    if transitions.shape != (len(labels), len(labels)) or crf.get("labels") != labels:
+      raise UsageError("%s does not match config.json's %d labels." % (
+          os.path.join(input_dir, to_transformers.CRF_TRANSITIONS_FILE), len(labels)))
+    arrays[ner_model.CRF_TRANSITIONS] = transitions
+  settings = _settings(head, input_dir, do_lower_case, max_seq_length, beside)
+  texts = {model_files.LABELS_FILE: "".join(label + "\n" for label in labels),
+           model_files.SETTINGS_FILE: model_config.json_text(settings)}
+  if multi_label.THRESHOLDS_FILE in beside and head.kind == "multi_label":
+    texts[multi_label.THRESHOLDS_FILE] = model_files.read_utf8(
+        os.path.join(input_dir, multi_label.THRESHOLDS_FILE))
+  return texts
+
+
+DEFAULT_MAX_SEQ_LENGTH = 128
+
+
+def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
+  """Writes `output_dir`: a Google-named checkpoint, bert_config.json and vocab.txt.
+
+  Args:
+    input_dir: a transformers model directory (config.json, weights, vocab).
+    output_dir: a directory that does not exist yet or is empty.
+    keep_head: also convert a fine-tuned classification, tagging or QA head.
+    max_seq_length: model_settings.json's, for a kept head without one beside it (None:
+      128, or max_position_embeddings when smaller).
+
+  Returns:
+    A dict summary: "checkpoint", "weights" (the file read), "kept_head", "dropped".
+
+  Raises:
+    UsageError: one line; nothing is written.
+  """
+  to_transformers.check_output_dir(output_dir)
+  config_path = os.path.join(input_dir, model_config.CONFIG_FILE)
+  if not os.path.isfile(config_path):
+    raise UsageError("--input=%s has no %s: give the directory transformers' save_pretrained "
+                     "wrote." % (input_dir, model_config.CONFIG_FILE))
+  config = model_config.read_json(config_path)
+  bert_config = model_config.bert_config_of(config, config_path)
+  vocab = model_config.vocab_of(input_dir)
+  if len(vocab) > bert_config["vocab_size"]:
+    raise UsageError("%s has %d tokens, but vocab_size is %d in %s: they belong to different "
+                     "models." % (input_dir, len(vocab), bert_config["vocab_size"], config_path))
+  if max_seq_length is None:
+    max_seq_length = min(DEFAULT_MAX_SEQ_LENGTH, bert_config["max_position_embeddings"])
+  if max_seq_length > bert_config["max_position_embeddings"]:
+    raise UsageError("--max_seq_length=%d is longer than max_position_embeddings=%d in %s."
+                     % (max_seq_length, bert_config["max_position_embeddings"], config_path))
+  head = _model_head(config, config_path, keep_head)
+  raw, weights_path = weight_files.read_weights(input_dir)
+  arrays, dropped = google_arrays(raw, head)
+  _check_shapes(arrays, bert_config, weights_path)
+  do_lower_case = model_config.do_lower_case_of(input_dir)
+  texts = {model_files.CONFIG_FILE: model_config.json_text(bert_config),
+           model_files.VOCAB_FILE: "".join(token + "\n" for token in vocab)}
+  if head:
+    texts.update(_head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length))
+
+  def fill(directory):
+    checkpoints.write_arrays(arrays, os.path.join(directory, CHECKPOINT_NAME))
+    # The Saver's `checkpoint` file names the path it wrote, which the rename below moves:
+    # name it relative to the directory instead.
+    output_files.atomic_write_text(
+        os.path.join(directory, "checkpoint"),
+        'model_checkpoint_path: "%s"\nall_model_checkpoint_paths: "%s"\n' % (
+            CHECKPOINT_NAME, CHECKPOINT_NAME))
+    for name, text in texts.items():
+      output_files.atomic_write_text(os.path.join(directory, name), text)
+
+  to_transformers.write_directory(output_dir, fill)
+  return {"checkpoint": os.path.join(output_dir, CHECKPOINT_NAME), "weights": weights_path,
+          "kept_head": head.architecture if head else None, "dropped": dropped,
+          "variables": len(arrays), "files": sorted(texts)}
+

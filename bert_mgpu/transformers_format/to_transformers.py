@@ -1,0 +1,248 @@
+# coding=utf-8
+"""A Google-named checkpoint (ours or Google's release) to a directory in transformers' format.
+
+The directory holds what transformers' AutoConfig, AutoTokenizer and AutoModelFor... load:
+config.json, model.safetensors, vocab.txt, tokenizer_config.json, special_tokens_map.json.
+What transformers has no place for is written beside them: the CRF's transitions
+(crf_transitions.json), a multi-label classifier's tuned thresholds (thresholds.json) and our
+model_settings.json (long-text windows, tokenizer options), which --to=tensorflow --keep_head
+reads back. Optimizer slots, global_step and loss-scale variables are never written.
+"""
+
+import collections
+import glob
+import os
+import shutil
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.classifier import multi_label
+from bert_mgpu.data import output_files
+from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.serving import model_files
+from bert_mgpu.training import checkpoints
+from bert_mgpu.transformers_format import heads
+from bert_mgpu.transformers_format import model_config
+from bert_mgpu.transformers_format import weight_files
+from bert_mgpu.transformers_format import weight_names
+
+CRF_TRANSITIONS_FILE = "crf_transitions.json"
+
+# Variables of the training state, not of the model.
+_TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v", "/accumulated_grad", "/Adam", "/Adam_1",
+                            "/Momentum")
+_TRAINING_STATE_PREFIXES = ("loss_scaling/",)
+
+Source = collections.namedtuple("Source", ["checkpoint", "why", "directory"])
+
+
+def is_training_state(name):
+  """Whether checkpoint variable `name` is optimizer or loop state (never converted)."""
+  return (name == "global_step" or name.endswith(_TRAINING_STATE_SUFFIXES) or
+          name.startswith(_TRAINING_STATE_PREFIXES))
+
+
+def find_checkpoint(input_path):
+  """The checkpoint to convert: of an output_dir (best/ when there, else the latest), of a
+  directory holding one checkpoint without a `checkpoint` file (Google's release), or a
+  checkpoint prefix. Raises UsageError."""
+  if os.path.isdir(input_path):
+    if (os.path.isfile(os.path.join(input_path, "checkpoint")) or
+        os.path.isdir(os.path.join(input_path, checkpoints.BEST_SUBDIR))):
+      checkpoint, why = checkpoints.checkpoint_for_inference(
+          input_path, None, best_subdir=checkpoints.BEST_SUBDIR)
+      return Source(checkpoint, why.replace("--output_dir", "--input"), input_path)
+    indexes = sorted(glob.glob(os.path.join(glob.escape(input_path), "*.index")))
+    if len(indexes) == 1:
+      return Source(indexes[0][:-len(".index")], "the only checkpoint there", input_path)
+    raise UsageError("--input=%s holds %s checkpoint and no `checkpoint` file naming one: give "
+                     "the checkpoint's prefix (e.g. %s)." % (
+                         input_path, "more than one" if indexes else "no",
+                         os.path.join(input_path, "bert_model.ckpt")))
+  if os.path.isfile(input_path + ".index"):
+    return Source(input_path, "--input", os.path.dirname(os.path.abspath(input_path)))
+  raise UsageError("--input=%s: no such directory or checkpoint (expected a directory or "
+                   "%s.index)." % (input_path, input_path))
+
+
+def _model_file(directory, name, flag_value, flag):
+  """A model file: the flag's value, else the one in the model's directory."""
+  if flag_value:
+    if not os.path.isfile(flag_value):
+      raise UsageError("--%s=%s: no such file." % (flag, flag_value))
+    return flag_value
+  path = os.path.join(directory, name)
+  if not os.path.isfile(path):
+    raise UsageError("%s has no %s (SQuAD's and pretraining's output_dirs hold none): give "
+                     "--%s." % (directory, name, flag))
+  return path
+
+
+def _check_body(arrays, bert_config, checkpoint):
+  """Refuses a checkpoint that lacks a BERT variable of the config, has another shape, or
+  has more encoder layers."""
+  expected = weight_names.body_shapes(bert_config)
+  for name, shape in expected.items():
+    if name not in arrays:
+      if name.startswith(weight_names.POOLER_PREFIX):
+        continue  # an encoder-only checkpoint may lack it (checkpoints.UNREAD_SCOPES)
+      raise UsageError("%s lacks %s of its config's BERT: give the bert_config.json it was "
+                       "trained with (or it is not a BERT checkpoint)." % (checkpoint, name))
+    if list(arrays[name].shape) != shape:
+      raise UsageError("%s: %s is %s, the config makes it %s: give the bert_config.json it "
+                       "was trained with." % (checkpoint, name, list(arrays[name].shape),
+                                              shape))
+  extra = sorted(name for name in arrays if weight_names.is_body_name(name) and
+                 name not in expected)
+  if extra:
+    raise UsageError("%s has %s, which its config's BERT lacks: give the bert_config.json it "
+                     "was trained with." % (checkpoint, extra[0]))
+
+
+def _labels(directory, head, num_labels):
+  """The label list of a classifier or tagger (labels.txt), or LABEL_0.. without one."""
+  path = os.path.join(directory, model_files.LABELS_FILE)
+  if os.path.isfile(path):
+    labels = model_files.KINDS[model_files.NER_KIND if head.kind == "ner" else
+                               model_files.CLASSIFIER_KIND][3](path)
+    if len(labels) != num_labels:
+      raise UsageError("%s lists %d labels, the checkpoint's head has %d: it belongs to "
+                       "another model." % (path, len(labels), num_labels))
+    return labels
+  tf.logging.warning("%s has no %s: the labels are named LABEL_0 .. LABEL_%d.",
+                     directory, model_files.LABELS_FILE, num_labels - 1)
+  return ["LABEL_%d" % i for i in range(num_labels)]
+
+
+def _weights(arrays, head):
+  """model.safetensors's arrays by transformers' names, and the variables left out."""
+  converted, unused = {}, []
+  for name, array in arrays.items():
+    if name in head.names:
+      target = head.names[name]
+    elif weight_names.is_body_name(name):
+      if name.startswith(weight_names.POOLER_PREFIX) and not head.has_pooler:
+        continue  # built, never read, and transformers' class has no place for it
+      target = weight_names.body_to_transformers(name)
+      if head.kind == "encoder":  # BertModel's own names carry no "bert." prefix
+        target = target[len("bert."):]
+    else:
+      unused.append(name)
+      continue
+    converted[target] = weight_names.to_transformers_layout(name, array)
+  return converted, unused
+
+
+def _beside_files(source, head, arrays, labels):
+  """The files transformers does not read: {file name: text}."""
+  files = {}
+  if ner_model.CRF_TRANSITIONS in arrays:
+    files[CRF_TRANSITIONS_FILE] = model_config.json_text(collections.OrderedDict([
+        ("labels", labels),
+        ("transitions", arrays[ner_model.CRF_TRANSITIONS].astype(float).tolist()),
+        ("layout", "transitions[i][j] scores label i followed by label j, over the first "
+                   "word piece of each word; no start or end scores")]))
+  for name in (model_files.SETTINGS_FILE, multi_label.THRESHOLDS_FILE):
+    path = os.path.join(source.directory, name)
+    if os.path.isfile(path) and head.kind in ("classifier", "multi_label", "ner"):
+      files[name] = model_files.read_utf8(path)
+  return files
+
+
+def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
+            do_lower_case=None):
+  """Writes `output_dir` in transformers' format from a Google-named checkpoint.
+
+  Args:
+    input_path: an output_dir, a directory holding one checkpoint, or a checkpoint prefix.
+    output_dir: a directory that does not exist yet or is empty.
+    bert_config_file, vocab_file: override the input directory's files (needed for SQuAD's
+      and pretraining's output_dirs, which hold none).
+    do_lower_case: None takes model_settings.json's, else True.
+
+  Returns:
+    A dict summary: "architecture", "checkpoint", "files", "beside", "unused".
+
+  Raises:
+    UsageError: one line; nothing is written.
+  """
+  check_output_dir(output_dir)
+  weight_files.check_safetensors_installed()
+  source = find_checkpoint(input_path)
+  reader = tf.train.load_checkpoint(source.checkpoint)
+  arrays = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if not is_training_state(name)}
+  config_path = _model_file(source.directory, model_files.CONFIG_FILE, bert_config_file,
+                            "bert_config_file")
+  bert_config = model_config.read_json(config_path)
+  _check_body(arrays, bert_config, source.checkpoint)
+  head = heads.detect(arrays)
+  vocab = model_config.read_vocab_lines(
+      _model_file(source.directory, model_files.VOCAB_FILE, vocab_file, "vocab_file"))
+  if len(vocab) > bert_config["vocab_size"]:
+    raise UsageError("the vocab has %d tokens but vocab_size is %d in %s: they belong to "
+                     "different models." % (len(vocab), bert_config["vocab_size"], config_path))
+  settings_path = os.path.join(source.directory, model_files.SETTINGS_FILE)
+  settings = model_config.read_json(settings_path) if os.path.isfile(settings_path) else {}
+  if do_lower_case is None:
+    do_lower_case = settings.get("do_lower_case", True)
+  labels = None
+  if head.kind in ("classifier", "multi_label", "ner"):
+    labels = _labels(source.directory, head, arrays[next(iter(head.names))].shape[0])
+  weights, unused = _weights(arrays, head)
+  unused = [name for name in unused if name != ner_model.CRF_TRANSITIONS]
+  beside = _beside_files(source, head, arrays, labels)
+  config = model_config.transformers_config(
+      bert_config, head.architecture, labels, head.kind == "multi_label",
+      vocab.index("[PAD]") if "[PAD]" in vocab else 0)
+  texts = {model_config.CONFIG_FILE: model_config.json_text(config),
+           model_config.VOCAB_FILE: "".join(token + "\n" for token in vocab)}
+  for name, content in model_config.tokenizer_files(
+      do_lower_case, bert_config["max_position_embeddings"]).items():
+    texts[name] = model_config.json_text(content)
+  texts.update(beside)
+
+  def fill(directory):
+    weight_files.write_safetensors(weights, os.path.join(directory,
+                                                         weight_files.SAFETENSORS_FILE))
+    for name, text in texts.items():
+      output_files.atomic_write_text(os.path.join(directory, name), text)
+
+  write_directory(output_dir, fill)
+  return {"architecture": head.architecture, "checkpoint": source.checkpoint,
+          "why": source.why, "files": sorted(texts) + [weight_files.SAFETENSORS_FILE],
+          "beside": sorted(beside), "unused": sorted(unused), "weights": len(weights)}
+
+
+def check_output_dir(output_dir):
+  """Refuses an --output that exists and is not an empty directory."""
+  if os.path.exists(output_dir) and (not os.path.isdir(output_dir) or os.listdir(output_dir)):
+    raise UsageError("--output=%s %s: give a new or empty directory (nothing is overwritten)."
+                     % (output_dir, "is not empty" if os.path.isdir(output_dir) else
+                        "is a file"))
+
+
+def write_directory(output_dir, fill):
+  """Builds `output_dir` beside it and moves it into place: a failure leaves nothing.
+
+  Raises:
+    UsageError: a write failed (a full disk, say); the partial directory is removed.
+  """
+  output_dir = os.path.abspath(output_dir)
+  partial = output_dir + ".partial"
+  try:
+    os.makedirs(os.path.dirname(output_dir), exist_ok=True)
+    if os.path.exists(partial):
+      shutil.rmtree(partial)
+    os.makedirs(partial)
+    fill(partial)
+    if os.path.isdir(output_dir):
+      os.rmdir(output_dir)  # empty (check_output_dir): replaced by the finished one
+    os.rename(partial, output_dir)
+  except OSError as e:
+    shutil.rmtree(partial, ignore_errors=True)
+    raise UsageError("cannot write %s (%s); nothing was written." % (output_dir, e))
+  except BaseException:
+    shutil.rmtree(partial, ignore_errors=True)
+    raise

@@ -1,0 +1,98 @@
+# coding=utf-8
+"""Converts a model between our (Google's) checkpoints and Hugging Face transformers' format.
+
+  --to=transformers  a trained output_dir of any run script, or a Google-named checkpoint
+                     (Google's release) -> a directory that transformers' AutoConfig,
+                     AutoTokenizer and AutoModelFor... load: config.json, model.safetensors,
+                     vocab.txt, tokenizer_config.json, special_tokens_map.json.
+  --to=tensorflow    a BERT-architecture model saved by transformers (config.json,
+                     model.safetensors or pytorch_model.bin, vocab.txt or tokenizer.json)
+                     -> bert_model.ckpt, bert_config.json and vocab.txt for
+                     --init_checkpoint; --keep_head also keeps a fine-tuned head.
+
+--output must not exist yet or be empty; a conversion writes all of it or nothing.
+docs/HUGGING_FACE.md has the name mapping and what each head becomes. Needs the safetensors
+package (pip install "bert-mgpu[transformers]"); torch only to read a pytorch_model.bin.
+"""
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu import command_line
+from bert_mgpu.errors import UsageError
+from bert_mgpu.transformers_format import to_tensorflow
+from bert_mgpu.transformers_format import to_transformers
+
+FLAGS = tf.flags.FLAGS
+
+DIRECTIONS = ("transformers", "tensorflow")
+
+
+def define_flags():
+  """Defines the flags; called only under __main__, so the module imports anywhere."""
+  flags = tf.flags
+  flags.DEFINE_enum("to", None, DIRECTIONS, "transformers: our checkpoint -> transformers' "
+                    "format; tensorflow: transformers' format -> our checkpoint.")
+  flags.DEFINE_string("input", None, "--to=transformers: an output_dir, a directory with one "
+                      "checkpoint (Google's release), or a checkpoint prefix. "
+                      "--to=tensorflow: a directory transformers' save_pretrained wrote.")
+  flags.DEFINE_string("output", None, "The directory to write; must not exist or be empty.")
+  flags.DEFINE_string("bert_config_file", None, "--to=transformers: the model's "
+                      "bert_config.json, when --input holds none (SQuAD's and pretraining's "
+                      "output_dirs).")
+  flags.DEFINE_string("vocab_file", None, "--to=transformers: the model's vocab.txt, when "
+                      "--input holds none.")
+  flags.DEFINE_bool("do_lower_case", None, "--to=transformers: the tokenizer's lower-casing; "
+                    "default: model_settings.json's, else true.")
+  flags.DEFINE_bool("keep_head", False, "--to=tensorflow: also convert a fine-tuned "
+                    "classification, token-classification or question-answering head, with "
+                    "labels.txt and model_settings.json, into an output_dir to evaluate, "
+                    "predict with or export.")
+  flags.DEFINE_integer("max_seq_length", 128, "--to=tensorflow --keep_head: the "
+                       "max_seq_length of model_settings.json, when the model has none beside "
+                       "it (default 128, or max_position_embeddings when smaller).")
+
+
+def check_flags():
+  """Raises UsageError for a missing or misplaced flag."""
+  for name in ("to", "input", "output"):
+    if not getattr(FLAGS, name):
+      raise UsageError("--%s is required (--to=transformers|tensorflow --input=DIR "
+                       "--output=DIR)." % name)
+  other = {"transformers": ("keep_head",),
+           "tensorflow": ("bert_config_file", "vocab_file", "do_lower_case")}[FLAGS.to]
+  given = [name for name in other if FLAGS[name].present]
+  if given:
+    raise UsageError("--%s does not apply to --to=%s." % (given[0], FLAGS.to))
+  command_line.check_positive(("max_seq_length",))
+
+
+def main(_):
+  check_flags()
+  if FLAGS.to == "transformers":
+    summary = to_transformers.convert(FLAGS.input, FLAGS.output, FLAGS.bert_config_file,
+                                      FLAGS.vocab_file, FLAGS.do_lower_case)
+    tf.logging.info("Converted %s (%s): %d weights as %s.", summary["checkpoint"],
+                    summary["why"], summary["weights"], summary["architecture"])
+    if summary["beside"]:
+      tf.logging.info("Written beside the model, which transformers does not read: %s.",
+                      ", ".join(summary["beside"]))
+    if summary["unused"]:
+      tf.logging.warning("Not converted (no place for them in %s): %s.",
+                         summary["architecture"], ", ".join(summary["unused"]))
+  else:
+    summary = to_tensorflow.convert(
+        FLAGS.input, FLAGS.output, FLAGS.keep_head,
+        FLAGS.max_seq_length if FLAGS["max_seq_length"].present else None)
+    tf.logging.info("Converted %s: %d variables into %s%s.", summary["weights"],
+                    summary["variables"], summary["checkpoint"],
+                    ", with its %s head" % summary["kept_head"] if summary["kept_head"] else "")
+    if summary["dropped"]:
+      tf.logging.warning("Dropped (no counterpart here%s): %s.",
+                         "" if FLAGS.keep_head else "; --keep_head keeps a fine-tuned head",
+                         ", ".join(summary["dropped"]))
+  tf.logging.info("Wrote %s.", FLAGS.output)
+
+
+if __name__ == "__main__":
+  define_flags()
+  command_line.run_main(main)
