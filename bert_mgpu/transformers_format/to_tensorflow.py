@@ -42,10 +42,11 @@ def _normalized(raw):
   """transformers' arrays under today's names: "bert." prefixed (BertModel saves none),
   LayerNorm `weight`/`bias` (older files say `gamma`/`beta`), buffers (position_ids) out."""
   arrays = collections.OrderedDict()
+  bare = not any(name.startswith("bert.") for name in raw)  # BertModel's own names
   for name, array in raw.items():
     if array.dtype.kind != "f":
       continue  # an integer buffer (embeddings.position_ids), not a weight
-    if not name.startswith(("bert.",) + _HEAD_PREFIXES):
+    if bare and not name.startswith(_HEAD_PREFIXES):
       name = "bert." + name
     name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
                                                                        "LayerNorm.bias")

@@ -86,7 +86,9 @@ def read_safetensors(path):
   safetensors_numpy = _safetensors_numpy()
   if bfloat16:
     # The NumPy API refuses a file with any bfloat16 array: read them all from the bytes.
-    others = [name for name in header if name != "__metadata__" and name not in bfloat16]
+    # Integer buffers (position_ids of older files) are not weights: left out.
+    others = [name for name, info in header.items() if name != "__metadata__" and
+              name not in bfloat16 and info.get("dtype", "")[:1] not in ("I", "U")]
     if others:
       raise UsageError("%s mixes bfloat16 with other dtypes (%s): save it in one dtype."
                        % (path, others[0]))
