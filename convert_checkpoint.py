@@ -58,11 +58,14 @@ def check_flags():
     if not getattr(FLAGS, name):
       raise UsageError("--%s is required (--to=transformers|tensorflow --input=DIR "
                        "--output=DIR)." % name)
-  other = {"transformers": ("keep_head",),
-           "tensorflow": ("bert_config_file", "vocab_file", "do_lower_case")}[FLAGS.to]
-  given = [name for name in other if FLAGS[name].present]
+  misplaced = {"transformers": ("keep_head", "max_seq_length"),
+               "tensorflow": ("bert_config_file", "vocab_file", "do_lower_case")}[FLAGS.to]
+  given = [name for name in misplaced if FLAGS[name].present]
   if given:
     raise UsageError("--%s does not apply to --to=%s." % (given[0], FLAGS.to))
+  if FLAGS.to == "tensorflow" and FLAGS["max_seq_length"].present and not FLAGS.keep_head:
+    raise UsageError("--max_seq_length is for the model_settings.json of --keep_head: add "
+                     "--keep_head or drop it.")
   command_line.check_positive(("max_seq_length",))
 
 
@@ -83,12 +86,16 @@ def main(_):
     summary = to_tensorflow.convert(
         FLAGS.input, FLAGS.output, FLAGS.keep_head,
         FLAGS.max_seq_length if FLAGS["max_seq_length"].present else None)
-    tf.logging.info("Converted %s: %d variables into %s%s.", summary["weights"],
+    tf.logging.info("Converted %s: %d variables into %s%s. Its tokenizer %s lower-case: "
+                    "train with --do_lower_case=%s.", summary["weights"],
                     summary["variables"], summary["checkpoint"],
-                    ", with its %s head" % summary["kept_head"] if summary["kept_head"] else "")
+                    ", with its %s head" % summary["kept_head"] if summary["kept_head"] else "",
+                    "does" if summary["do_lower_case"] else "does not",
+                    str(summary["do_lower_case"]).lower())
     if summary["dropped"]:
       tf.logging.warning("Dropped (no counterpart here%s): %s.",
-                         "" if FLAGS.keep_head else "; --keep_head keeps a fine-tuned head",
+                         "; --keep_head keeps a fine-tuned head"
+                         if summary["keep_head_would_keep"] else "",
                          ", ".join(summary["dropped"]))
   tf.logging.info("Wrote %s.", FLAGS.output)
 

@@ -51,6 +51,11 @@ KINDS = {
 }
 
 
+def read_labels(kind, path):
+  """The label list of a model of `kind`, read by that kind's reader. Raises UsageError."""
+  return KINDS[kind][3](path)
+
+
 def kind_name(kind):
   return KINDS[kind][0] if kind in KINDS else "a %r model" % kind
 
@@ -164,7 +169,7 @@ def model_files(vocab_file, bert_config_file, labels_file, settings):
     raise UsageError("%s: file not found: the label list of the model is missing; train "
                      "with %s --do_train, which writes it." %
                      (labels_file, kind_script(settings["model"])))
-  labels = KINDS[settings["model"]][3](labels_file)
+  labels = read_labels(settings["model"], labels_file)
   return ModelFiles(vocab_file, bert_config_file, labels_file, settings, labels,
                     _thresholds(os.path.dirname(labels_file), settings, labels))
 

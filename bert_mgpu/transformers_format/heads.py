@@ -46,6 +46,8 @@ HEADS_BY_KIND = {head.kind: head for head in HEADS}
 # The heads a --to=tensorflow conversion keeps without --keep_head: they do not depend on a
 # label count, and every run script starts from them (the pretraining heads).
 PRETRAINING_KINDS = ("pretraining", "masked_lm", "encoder")
+# One per fine-tuned transformers class (multi-label is the classifier's problem_type).
+FINE_TUNED_KINDS = ("classifier", "ner", "squad")
 
 
 def detect(variable_names):
@@ -60,8 +62,7 @@ def detect(variable_names):
 def fine_tuned_head(architecture):
   """The Head of a fine-tuned transformers class (sequence or token classification, QA),
   or None."""
-  for head in HEADS:
-    if head.architecture == architecture and head.kind not in PRETRAINING_KINDS + (
-        "multi_label",):
-      return head
+  for kind in FINE_TUNED_KINDS:
+    if HEADS_BY_KIND[kind].architecture == architecture:
+      return HEADS_BY_KIND[kind]
   return None

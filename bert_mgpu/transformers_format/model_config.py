@@ -29,7 +29,7 @@ LAYER_NORM_EPS = 1e-12
 # The activations both frameworks have under the same name; transformers' own tanh GELU is
 # the same function as gelu_new.
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "tanh", "linear")
-ACTIVATION_ALIASES = {"gelu_pytorch_tanh": "gelu_new"}
+ACTIVATION_ALIASES = {"gelu_pytorch_tanh": "gelu_new", "gelu_python": "gelu"}
 
 SPECIAL_TOKENS = collections.OrderedDict([
     ("unk_token", "[UNK]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"),
@@ -87,7 +87,10 @@ def _refuse(path, field, value, why):
 def bert_config_of(config, path):
   """bert_config.json's content (an OrderedDict) of a transformers config.json. Raises
   UsageError for a model that is not BERT's architecture as modeling.py builds it."""
-  if config.get("model_type") != "bert":
+  architectures = config.get("architectures") or []
+  older_bert = "model_type" not in config and architectures and all(
+      name.startswith("Bert") for name in architectures)  # configs older than model_type
+  if config.get("model_type") != "bert" and not older_bert:
     _refuse(path, "model_type", config.get("model_type"), "not \"bert\"")
   if config.get("position_embedding_type", "absolute") != "absolute":
     _refuse(path, "position_embedding_type", config["position_embedding_type"],

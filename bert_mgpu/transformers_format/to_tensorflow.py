@@ -40,18 +40,24 @@ _OUTPUT_BIAS = "cls.predictions.bias"
 
 def _normalized(raw):
   """transformers' arrays under today's names: "bert." prefixed (BertModel saves none),
-  LayerNorm `weight`/`bias` (older files say `gamma`/`beta`), buffers (position_ids) out."""
-  arrays = collections.OrderedDict()
+  LayerNorm `weight`/`bias` (older files say `gamma`/`beta`), buffers (position_ids) out.
+
+  Returns:
+    (dict today's name -> array, dict today's name -> the name as read).
+  """
+  arrays, read_as = collections.OrderedDict(), {}
   bare = not any(name.startswith("bert.") for name in raw)  # BertModel's own names
   for name, array in raw.items():
     if array.dtype.kind != "f":
       continue  # an integer buffer (embeddings.position_ids), not a weight
+    normalized = name
     if bare and not name.startswith(_HEAD_PREFIXES):
-      name = "bert." + name
-    name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
-                                                                       "LayerNorm.bias")
-    arrays[name] = array
-  return arrays
+      normalized = "bert." + name
+    normalized = normalized.replace("LayerNorm.gamma", "LayerNorm.weight").replace(
+        "LayerNorm.beta", "LayerNorm.bias")
+    arrays[normalized] = array
+    read_as[normalized] = name
+  return arrays, read_as
 
 
 def _tied_decoder(arrays, dropped):
@@ -59,23 +65,45 @@ def _tied_decoder(arrays, dropped):
   table (else it is dropped and named), its bias is cls.predictions.bias."""
   if _DECODER_BIAS in arrays:
     bias = arrays.pop(_DECODER_BIAS)
-    arrays.setdefault(_OUTPUT_BIAS, bias)
+    kept = arrays.setdefault(_OUTPUT_BIAS, bias)
+    if not np.array_equal(kept, bias):
+      dropped.append(_DECODER_BIAS + " (differs from %s, which is kept: masked-LM outputs "
+                     "will differ)" % _OUTPUT_BIAS)
   if _DECODER_WEIGHT in arrays:
     decoder = arrays.pop(_DECODER_WEIGHT)
     if not np.array_equal(decoder, arrays.get("bert.embeddings.word_embeddings.weight")):
-      dropped.append(_DECODER_WEIGHT + " (not tied to the word embeddings, as ours is)")
+      dropped.append(_DECODER_WEIGHT + " (not tied to the word embeddings, as ours is: "
+                     "masked-LM outputs will differ)")
 
 
-def _model_head(config, config_path, keep_head):
-  """The fine-tuned Head to keep (None without keep_head or without one)."""
+def architecture_of(config):
+  """config.json's first `architectures` entry, or None."""
   architectures = config.get("architectures") or []
-  architecture = architectures[0] if architectures else None
+  return architectures[0] if architectures else None
+
+
+def _model_head(config, config_path, raw, keep_head):
+  """The fine-tuned Head to keep (None without keep_head or without one), checked against
+  the weights and the labels. Raises UsageError."""
+  architecture = architecture_of(config)
   head = heads.fine_tuned_head(architecture) if keep_head else None
-  if head and head.kind == "classifier" and (
-      config.get("problem_type") == "multi_label_classification"):
+  if head is None:
+    return None
+  if config.get("problem_type") == "regression":
+    raise UsageError("%s: problem_type is \"regression\": our classifier has no regression "
+                     "head; convert without --keep_head to fine-tune its BERT." % config_path)
+  if head.kind == "classifier" and config.get("problem_type") == "multi_label_classification":
     head = heads.HEADS_BY_KIND["multi_label"]
-  if head and head.kind != "squad":
-    model_config.labels_of(config, config_path)  # checked before anything is written
+  bias = [name for name in head.names.values() if name.endswith(".bias")][0]
+  if bias not in raw:
+    raise UsageError("%s says %s, but the weights hold no %s: convert without --keep_head."
+                     % (config_path, architecture, bias))
+  if head.kind != "squad":
+    labels = model_config.labels_of(config, config_path)
+    if len(labels) != raw[bias].shape[0]:
+      raise UsageError("%s: id2label names %d labels, but %s has %d: the config and the "
+                       "weights belong to different models." % (
+                           config_path, len(labels), bias, raw[bias].shape[0]))
   return head
 
 
@@ -89,7 +117,7 @@ def google_arrays(raw, head):
   Raises:
     UsageError: a `bert.` parameter that BERT's architecture does not have.
   """
-  arrays = _normalized(raw)
+  arrays, read_as = _normalized(raw)
   dropped = []
   _tied_decoder(arrays, dropped)
   by_transformers_name = {}
@@ -102,16 +130,45 @@ def google_arrays(raw, head):
     if google_name:
       converted[google_name] = weight_names.to_google_layout(google_name, array)
     elif name.startswith("bert."):
-      raise UsageError("the parameter %s is not part of BERT's architecture: only BERT's "
-                       "architecture converts." % name)
+      raise UsageError("the parameter %s is not part of BERT's architecture (names start "
+                       "with \"bert.\", or are BertModel's own): only BERT's architecture "
+                       "converts." % read_as[name])
     else:
-      dropped.append(name)
+      dropped.append(read_as[name])
   return converted, dropped
 
 
-def _check_shapes(arrays, bert_config, weights_path):
+def _head_shapes(bert_config, head, num_labels):
+  """The shapes of the pretraining heads' and a kept head's variables."""
+  hidden = bert_config["hidden_size"]
+  shapes = {"cls/predictions/transform/dense/kernel": [hidden, hidden],
+            "cls/predictions/transform/dense/bias": [hidden],
+            "cls/predictions/transform/LayerNorm/gamma": [hidden],
+            "cls/predictions/transform/LayerNorm/beta": [hidden],
+            "cls/predictions/output_bias": [bert_config["vocab_size"]],
+            "cls/seq_relationship/output_weights": [2, hidden],
+            "cls/seq_relationship/output_bias": [2]}
+  if head:
+    weights, bias = sorted(head.names, key=lambda name: name.endswith("bias"))
+    shapes.update({weights: [num_labels, hidden], bias: [num_labels]})
+  return shapes
+
+
+def _num_labels(head, arrays):
+  """A kept head's label count: 2 (start, end) for QA, else its bias's length."""
+  if head is None or head.kind == "squad":
+    return 2
+  return len(arrays[[name for name in head.names if name.endswith("bias")][0]])
+
+
+def _check_shapes(arrays, bert_config, weights_path, head):
   """Refuses weights whose shapes differ from the config's, or that lack a BERT weight."""
   expected = weight_names.body_shapes(bert_config)
+  for name, shape in _head_shapes(bert_config, head, _num_labels(head, arrays)).items():
+    if name in arrays and list(arrays[name].shape) != shape:
+      raise UsageError("%s: %s is %s, but config.json makes it %s: the weights and the config "
+                       "belong to different models." % (
+                           weights_path, name, list(arrays[name].shape), shape))
   for name, shape in expected.items():
     if name not in arrays:
       if name.startswith(weight_names.POOLER_PREFIX):
@@ -191,8 +248,12 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
   to_transformers.check_output_dir(output_dir)
   config_path = os.path.join(input_dir, model_config.CONFIG_FILE)
   if not os.path.isfile(config_path):
-    raise UsageError("--input=%s has no %s: give the directory transformers' save_pretrained "
-                     "wrote." % (input_dir, model_config.CONFIG_FILE))
+    ours = os.path.isdir(input_dir) and any(name.endswith(".index") or name == "bert_config.json"
+                                            for name in os.listdir(input_dir))
+    raise UsageError("--input=%s has no %s: %s" % (
+        input_dir, model_config.CONFIG_FILE,
+        "it holds a TensorFlow checkpoint; use --to=transformers to convert it." if ours else
+        "give the directory transformers' save_pretrained wrote."))
   config = model_config.read_json(config_path)
   bert_config = model_config.bert_config_of(config, config_path)
   vocab = model_config.vocab_of(input_dir)
@@ -204,10 +265,10 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
   if max_seq_length > bert_config["max_position_embeddings"]:
     raise UsageError("--max_seq_length=%d is longer than max_position_embeddings=%d in %s."
                      % (max_seq_length, bert_config["max_position_embeddings"], config_path))
-  head = _model_head(config, config_path, keep_head)
   raw, weights_path = weight_files.read_weights(input_dir)
+  head = _model_head(config, config_path, _normalized(raw)[0], keep_head)
   arrays, dropped = google_arrays(raw, head)
-  _check_shapes(arrays, bert_config, weights_path)
+  _check_shapes(arrays, bert_config, weights_path, head)
   do_lower_case = model_config.do_lower_case_of(input_dir)
   texts = {model_files.CONFIG_FILE: model_config.json_text(bert_config),
            model_files.VOCAB_FILE: "".join(token + "\n" for token in vocab)}
@@ -228,5 +289,7 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
   to_transformers.write_directory(output_dir, fill)
   return {"checkpoint": os.path.join(output_dir, CHECKPOINT_NAME), "weights": weights_path,
           "kept_head": head.architecture if head else None, "dropped": dropped,
-          "variables": len(arrays), "files": sorted(texts)}
+          "variables": len(arrays), "files": sorted(texts), "do_lower_case": do_lower_case,
+          "keep_head_would_keep": not head and bool(
+              heads.fine_tuned_head(architecture_of(config)))}
 

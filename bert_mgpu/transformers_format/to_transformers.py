@@ -12,7 +12,9 @@ reads back. Optimizer slots, global_step and loss-scale variables are never writ
 import collections
 import glob
 import os
+import re
 import shutil
+import tempfile
 
 import tensorflow.compat.v1 as tf
 
@@ -47,7 +49,11 @@ def find_checkpoint(input_path):
   """The checkpoint to convert: of an output_dir (best/ when there, else the latest), of a
   directory holding one checkpoint without a `checkpoint` file (Google's release), or a
   checkpoint prefix. Raises UsageError."""
+  input_path = re.sub(r"\.(index|data-\d+-of-\d+)$", "", input_path)  # a file given for its prefix
   if os.path.isdir(input_path):
+    if os.path.isfile(os.path.join(input_path, model_config.CONFIG_FILE)):
+      raise UsageError("--input=%s holds %s: it is in transformers' format already; use "
+                       "--to=tensorflow to convert it." % (input_path, model_config.CONFIG_FILE))
     if (os.path.isfile(os.path.join(input_path, "checkpoint")) or
         os.path.isdir(os.path.join(input_path, checkpoints.BEST_SUBDIR))):
       checkpoint, why = checkpoints.checkpoint_for_inference(
@@ -104,8 +110,8 @@ def _labels(directory, head, num_labels):
   """The label list of a classifier or tagger (labels.txt), or LABEL_0.. without one."""
   path = os.path.join(directory, model_files.LABELS_FILE)
   if os.path.isfile(path):
-    labels = model_files.KINDS[model_files.NER_KIND if head.kind == "ner" else
-                               model_files.CLASSIFIER_KIND][3](path)
+    labels = model_files.read_labels(
+        model_files.NER_KIND if head.kind == "ner" else model_files.CLASSIFIER_KIND, path)
     if len(labels) != num_labels:
       raise UsageError("%s lists %d labels, the checkpoint's head has %d: it belongs to "
                        "another model." % (path, len(labels), num_labels))
@@ -189,7 +195,8 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
     do_lower_case = settings.get("do_lower_case", True)
   labels = None
   if head.kind in ("classifier", "multi_label", "ner"):
-    labels = _labels(source.directory, head, arrays[next(iter(head.names))].shape[0])
+    bias = [name for name in head.names if name.endswith("output_bias")][0]
+    labels = _labels(source.directory, head, arrays[bias].shape[0])
   weights, unused = _weights(arrays, head)
   unused = [name for name in unused if name != ner_model.CRF_TRANSITIONS]
   beside = _beside_files(source, head, arrays, labels)
@@ -224,25 +231,24 @@ def check_output_dir(output_dir):
 
 
 def write_directory(output_dir, fill):
-  """Builds `output_dir` beside it and moves it into place: a failure leaves nothing.
+  """Builds `output_dir` in a temp directory beside it and moves it into place: a failure
+  leaves nothing.
 
   Raises:
-    UsageError: a write failed (a full disk, say); the partial directory is removed.
+    UsageError: a write failed (a full disk, say); the temp directory is removed.
   """
   output_dir = os.path.abspath(output_dir)
-  partial = output_dir + ".partial"
+  partial = None
   try:
     os.makedirs(os.path.dirname(output_dir), exist_ok=True)
-    if os.path.exists(partial):
-      shutil.rmtree(partial)
-    os.makedirs(partial)
+    partial = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(output_dir))
     fill(partial)
     if os.path.isdir(output_dir):
       os.rmdir(output_dir)  # empty (check_output_dir): replaced by the finished one
     os.rename(partial, output_dir)
-  except OSError as e:
-    shutil.rmtree(partial, ignore_errors=True)
-    raise UsageError("cannot write %s (%s); nothing was written." % (output_dir, e))
-  except BaseException:
-    shutil.rmtree(partial, ignore_errors=True)
-    raise
+  except (OSError, tf.errors.OpError) as e:
+    raise UsageError("cannot write %s (%s); nothing was written." % (
+        output_dir, " ".join(str(e).split())))
+  finally:
+    if partial and os.path.isdir(partial):
+      shutil.rmtree(partial, ignore_errors=True)

@@ -44,7 +44,8 @@ def assert_nothing_written(output_dir, before=None):
     assert not os.path.exists(output_dir)
   else:
     assert sorted(os.listdir(output_dir)) == before
-  assert not os.path.exists(os.path.abspath(output_dir) + ".partial")
+  parent = os.path.dirname(os.path.abspath(output_dir))
+  assert not [name for name in os.listdir(parent) if name.startswith(".convert-")]
 
 
 # ---------------------------------------------------------------------------
@@ -80,6 +81,14 @@ def test_keep_head_is_for_the_other_direction(models, tmp_path):
   result = convert(to="transformers", input=models["classifier"].directory,
                    output=output_dir, keep_head=True)
   cli.assert_one_line_error(result, "--keep_head does not apply to --to=transformers")
+  assert_nothing_written(output_dir)
+
+
+def test_max_seq_length_needs_keep_head(models, tmp_path):
+  output_dir = str(tmp_path / "out")
+  result = convert(to="tensorflow", input=models["hf_classifier"], output=output_dir,
+                   max_seq_length=32)
+  cli.assert_one_line_error(result, "--max_seq_length", "--keep_head")
   assert_nothing_written(output_dir)
 
 

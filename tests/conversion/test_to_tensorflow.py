@@ -331,7 +331,7 @@ def refused(tmp_path, input_dir, *fragments, **kwargs):
   assert_usage_error(lambda: to_tensorflow.convert(str(input_dir), output_dir, **kwargs),
                      *fragments)
   assert not os.path.exists(output_dir)
-  assert not os.path.exists(output_dir + ".partial")
+  assert not [name for name in os.listdir(str(tmp_path)) if name.startswith(".convert-")]
 
 
 @pytest.mark.parametrize("model_type", ["roberta", "albert"])
@@ -412,3 +412,85 @@ def test_output_not_empty_and_an_empty_one_stays_empty(tmp_path):
   assert_usage_error(lambda: to_tensorflow.convert(directory, str(output_dir)),
                      "is not empty")
   assert os.listdir(str(output_dir)) == ["keep.txt"]
+
+
+# ---------------------------------------------------------------------------
+# 4. A kept head must be the one the config describes; head shapes; older configs
+# ---------------------------------------------------------------------------
+
+def test_kept_head_with_another_label_count_than_id2label(tmp_path):
+  arrays, _ = classifier_arrays(num_labels=2)
+  refused(tmp_path, write_hf(tmp_path / "hf", arrays, "BertForSequenceClassification",
+                             **LABEL_FIELDS),
+          "id2label names 3 labels", "classifier.bias has 2", keep_head=True)
+
+
+def test_kept_head_missing_from_the_weights(tmp_path):
+  body, _ = conversion_models.transformers_body(CONFIG)
+  refused(tmp_path, write_hf(tmp_path / "hf", body, "BertForSequenceClassification",
+                             **LABEL_FIELDS),
+          "BertForSequenceClassification", "no classifier.bias", keep_head=True)
+
+
+def test_kept_regression_head_is_refused(tmp_path):
+  arrays, _ = classifier_arrays(num_labels=1)
+  refused(tmp_path, write_hf(tmp_path / "hf", arrays, "BertForSequenceClassification",
+                             problem_type="regression", id2label={"0": "LABEL_0"},
+                             label2id={"LABEL_0": 0}),
+          "regression", keep_head=True)
+
+
+def test_masked_lm_bias_of_another_vocab_size(tmp_path):
+  body, _ = conversion_models.transformers_body(CONFIG)
+  body["cls.predictions.bias"] = np.zeros([CONFIG["vocab_size"] + 3], np.float32)
+  refused(tmp_path, write_hf(tmp_path / "hf", body, "BertForMaskedLM"),
+          "cls/predictions/output_bias", "[%d]" % (CONFIG["vocab_size"] + 3))
+
+
+def test_decoder_bias_of_its_own_is_named(tmp_path):
+  body, _ = conversion_models.transformers_body(CONFIG)
+  body["cls.predictions.bias"] = np.zeros([CONFIG["vocab_size"]], np.float32)
+  body["cls.predictions.decoder.bias"] = np.ones([CONFIG["vocab_size"]], np.float32)
+  converted, summary = convert_back(tmp_path, write_hf(tmp_path / "hf", body,
+                                                       "BertForMaskedLM"))
+  assert not converted["cls/predictions/output_bias"].any()
+  assert [name for name in summary["dropped"] if name.startswith(
+      "cls.predictions.decoder.bias")]
+
+
+def test_wrapped_names_are_reported_as_read(tmp_path):
+  body, _ = conversion_models.transformers_body(CONFIG)
+  wrapped = {"model." + name: array for name, array in body.items()}
+  directory = write_hf(tmp_path / "hf", wrapped)
+  message = assert_usage_error(
+      lambda: to_tensorflow.convert(directory, str(tmp_path / "back")), "not part of BERT")
+  assert " model.bert." in message and "bert.model." not in message, message
+
+
+def test_config_older_than_model_type_and_gelu_python(tmp_path):
+  body, google = conversion_models.transformers_body(CONFIG)
+  directory = write_hf(tmp_path / "hf", body, hidden_act="gelu_python")
+  config_path = os.path.join(directory, "config.json")
+  with open(config_path, encoding="utf-8") as f:
+    config = json.load(f)
+  del config["model_type"]
+  with open(config_path, "w", encoding="utf-8") as f:
+    json.dump(config, f)
+  converted, _ = convert_back(tmp_path, directory)
+  assert_body_equal(converted, google)
+  with open(str(tmp_path / "back" / "bert_config.json"), encoding="utf-8") as f:
+    assert json.load(f)["hidden_act"] == "gelu"
+
+
+def test_cased_tokenizer_is_reported(tmp_path):
+  body, _ = conversion_models.transformers_body(CONFIG)
+  directory = write_hf(tmp_path / "hf", body)
+  with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+    json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": False}, f)
+  _, summary = convert_back(tmp_path, directory)
+  assert summary["do_lower_case"] is False
+
+
+def test_our_checkpoint_given_to_the_wrong_direction(tmp_path):
+  model = conversion_models.write_model(str(tmp_path / "ours"), "classifier", seed=2)
+  refused(tmp_path, model.directory, "use --to=transformers")

@@ -370,7 +370,8 @@ def assert_refused(output_dir, convert, *fragments):
   """convert() raises a one-line UsageError holding `fragments`; output_dir stays absent."""
   assert_usage_error(convert, *fragments)
   assert not os.path.exists(output_dir)
-  assert not os.path.exists(output_dir + ".partial")
+  parent = os.path.dirname(output_dir)
+  assert not [name for name in os.listdir(parent) if name.startswith(".convert-")]
 
 
 def test_no_checkpoint_in_the_directory(tmp_path):
@@ -423,3 +424,17 @@ def test_labels_of_another_model(tmp_path):
   output_dir = str(tmp_path / "hf")
   assert_refused(output_dir, lambda: to_transformers.convert(model.directory, output_dir),
                  "labels.txt", "lists 2 labels")
+
+
+def test_a_checkpoint_file_given_for_its_prefix(classifier, tmp_path):
+  output_dir = str(tmp_path / "hf")
+  summary = to_transformers.convert(classifier.checkpoint + ".index", output_dir)
+  assert summary["checkpoint"] == classifier.checkpoint
+  assert summary["architecture"] == "BertForSequenceClassification"
+
+
+def test_transformers_directory_given_to_the_wrong_direction(exported, tmp_path):
+  _, hf_dir, _ = exported["classifier"]
+  output_dir = str(tmp_path / "again")
+  assert_refused(output_dir, lambda: to_transformers.convert(hf_dir, output_dir),
+                 "transformers' format already", "--to=tensorflow")

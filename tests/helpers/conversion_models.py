@@ -151,8 +151,8 @@ def write_model(directory, kind, num_layers=2, seed=0):
   classifiers and taggers hold their run's files (bert_config.json, vocab.txt, labels.txt,
   model_settings.json, a multi-label model's thresholds.json) and a `checkpoint` file;
   SQuAD's and pretraining's output_dirs hold the checkpoint alone (as theirs do); the
-  encoder is Google's release (bert_model.ckpt, bert_config.json, vocab.txt, no
-  `checkpoint` file).
+  encoder is laid out as Google's release is (bert_model.ckpt, bert_config.json, vocab.txt,
+  no `checkpoint` file), without the release's pretraining heads.
   """
   config = bert_config(num_layers)
   rng = np.random.RandomState(seed + 1)
