@@ -62,9 +62,7 @@ def define_flags():
                     "goes with the label. Measured no better in accuracy than plain length "
                     "groups (docs/PERFORMANCE.md, #34).")
   clue_submission.define_flags(flags)
-  flags.DEFINE_string("export_dir", None, "Export the trained classifier as a SavedModel into "
-                      "the next numbered version directory here (TF Serving's layout); alone, "
-                      "it exports the model in --output_dir and needs no --data_dir.")
+  command_line.define_export_flags("classifier")
 
 
 def settings_from_flags():
@@ -83,7 +81,7 @@ def settings_from_flags():
       max_windows=FLAGS.max_windows, window_pooling=FLAGS.window_pooling,
       group_by_length_within_label=FLAGS.group_by_length_within_label,
       early_stopping_patience=FLAGS.early_stopping_patience, num_workers=FLAGS.num_workers,
-      clue_submission=FLAGS.clue_submission)
+      clue_submission=FLAGS.clue_submission, export_format=command_line.export_format())
 
 
 def check_flags():

@@ -61,9 +61,7 @@ def define_flags():
                     "output_dir/best; eval and predict use output_dir/best when it exists.")
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations "
                        "without a better --best_metric (0: never).")
-  flags.DEFINE_string("export_dir", None, "Export the trained model as a SavedModel into the "
-                      "next numbered version directory here (TF Serving's layout); alone, it "
-                      "exports the model in --output_dir and needs no --data_dir.")
+  command_line.define_export_flags("model")
 
 
 # ---------------------------------------------------------------------------
@@ -73,6 +71,7 @@ def define_flags():
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig (None
   when only exporting: the config then comes from output_dir)."""
+  command_line.export_format()
   if command_line.check_actions(("data_dir",)):
     command_line.check_run_flags()
     return None
@@ -90,13 +89,14 @@ def settings_from_flags():
       do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
       doc_stride=FLAGS.doc_stride, use_crf=FLAGS.use_crf, do_eval=FLAGS.do_eval,
       do_predict=FLAGS.do_predict, best_metric=FLAGS.best_metric,
-      early_stopping_patience=FLAGS.early_stopping_patience)
+      early_stopping_patience=FLAGS.early_stopping_patience,
+      export_format=command_line.export_format())
 
 
 def main(_):
   bert_config = check_flags()
   if command_line.export_only():
-    ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir)
+    ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir, command_line.export_format())
     return
   task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(), bert_config)
   job.run_job(task, FLAGS.export_dir)

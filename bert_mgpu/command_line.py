@@ -27,6 +27,7 @@ from absl import app as absl_app
 
 from bert_mgpu.distributed import cluster
 from bert_mgpu.errors import Preempted, UsageError
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import mixed_precision
 from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
@@ -275,6 +276,31 @@ def _check_init_checkpoint(flag_values):
       tokenization.validate_case_matches_checkpoint(flag_values.do_lower_case, init_checkpoint)
     except ValueError as e:
       raise UsageError(str(e))
+
+
+def define_export_flags(what):
+  """--export_dir, --export_format and --onnx_int8 of a script that exports `what`."""
+  flags = tf.flags
+  flags.DEFINE_string("export_dir", None, "Export the trained %s into the next numbered "
+                      "version directory here (TF Serving's layout); alone, it exports the "
+                      "model in --output_dir and needs no --data_dir." % what)
+  flags.DEFINE_enum("export_format", "savedmodel", list(onnx_export.EXPORT_FORMATS),
+                    "What --export_dir gets: a SavedModel, model.onnx (TF 2.x, the [onnx] "
+                    "extra), or both (docs/SERVING.md).")
+  flags.DEFINE_bool("onnx_int8", False, "With --export_format=onnx or both: also "
+                    "model.int8.onnx, its weights quantized to int8.")
+
+
+def export_format(flag_values=None):
+  """The onnx_export.ExportFormat of --export_format and --onnx_int8, checked before any
+  work. Raises UsageError."""
+  flag_values = FLAGS if flag_values is None else flag_values
+  onnx_export.check_export_format(flag_values.export_format, flag_values.onnx_int8)
+  if not flag_values.export_dir and (flag_values["export_format"].present or
+                                     flag_values.onnx_int8):
+    raise UsageError("--export_format and --onnx_int8 say what --export_dir gets: add "
+                     "--export_dir.")
+  return onnx_export.ExportFormat(flag_values.export_format, flag_values.onnx_int8)
 
 
 def export_only(flag_values=None):

@@ -27,6 +27,7 @@ from bert_mgpu.classifier import task_registry
 from bert_mgpu import command_line
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.serving import export
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import job
@@ -53,6 +54,7 @@ class ClassifierSettings(object):
     early_stopping_patience: evaluations without a better best_metric before stopping.
     num_workers: featurizing processes (0: all cores).
     clue_submission: also write the CLUE leaderboard's files (classifier/clue_submission.py).
+    export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
   """
 
   def __init__(self, data_dir=None, task_name=None, bert_config_file=None, vocab_file=None,
@@ -62,7 +64,9 @@ class ClassifierSettings(object):
                multi_label_threshold_given=False, literal_special_tokens=False,
                long_text="truncate", head_tokens=None, doc_stride=64, max_windows=8,
                window_pooling="max", group_by_length_within_label=False,
-               early_stopping_patience=0, num_workers=0, clue_submission=False):
+               early_stopping_patience=0, num_workers=0, clue_submission=False,
+               export_format=onnx_export.ExportFormat()):
+    self.export_format = export_format
     self.data_dir, self.task_name = data_dir, task_name
     self.bert_config_file, self.vocab_file = bert_config_file, vocab_file
     self.do_lower_case, self.max_seq_length = do_lower_case, max_seq_length
@@ -287,6 +291,7 @@ def export_model(settings, output_dir, export_dir):
   classifier_model.check_head(checkpoint, bool(files.settings.get("multi_label", False)))
   path = export.export_classifier(export_dir, files, checkpoint,
                                   classifier_model.model_fn_of(files, bert_config),
-                                  bert_config)
-  tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
+                                  bert_config, settings.export_format)
+  tf.logging.info("Exported %s (%s) as %s to %s", checkpoint, why,
+                  export.format_description(settings.export_format), path)
   return path

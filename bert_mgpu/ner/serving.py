@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
+from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import model as ner_model
@@ -35,6 +36,7 @@ from bert_mgpu.ner import writers
 from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import predictor
 from bert_mgpu.training import checkpoints
 
@@ -96,8 +98,12 @@ def signature_outputs(model, inputs):
   ])
 
 
-def export_output_dir(output_dir, export_base):
-  """Exports the best (else latest) checkpoint of an NER output_dir as a SavedModel.
+def export_output_dir(output_dir, export_base, export_format=onnx_export.ExportFormat()):
+  """Exports the best (else latest) checkpoint of an NER output_dir as a SavedModel, an ONNX
+  model or both (export_format: onnx_export.ExportFormat).
+
+  The ONNX model keeps the probabilities (and, without a CRF, tag_ids); with a CRF its
+  transitions go into assets.extra/crf_transitions.json and the predictor decodes in NumPy.
 
   Returns:
     (the version directory written, the checkpoint, why that one).
@@ -111,8 +117,17 @@ def export_output_dir(output_dir, export_base):
       "them there.", NER_KINDS)
   checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None, best_subdir="best")
   model = predictor.load_model(files, checkpoint, checkpoint)
-  path = export.export_saved_model(export_base, files, checkpoint,
-                                   lambda inputs: signature_outputs(model, inputs))
+  use_crf = bool(files.settings["use_crf"])
+  extra_assets = {}
+  if use_crf and onnx_export.writes_onnx(export_format.name):
+    extra_assets[crf_numpy.CRF_TRANSITIONS_FILE] = crf_numpy.transitions_json(
+        tf.train.load_checkpoint(checkpoint).get_tensor(ner_model.CRF_TRANSITIONS),
+        files.labels)
+  path = export.export_saved_model(
+      export_base, files, checkpoint, lambda inputs: signature_outputs(model, inputs),
+      export_format._replace(onnx_outputs=("probabilities",) + (() if use_crf else
+                                                                ("tag_ids",))),
+      extra_assets)
   return path, checkpoint, why
 
 

@@ -28,7 +28,9 @@ from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.ner import splits as ner_splits
 from bert_mgpu.ner import tag_labels
+from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import job
 from bert_mgpu.training import phases
@@ -46,11 +48,14 @@ class NerSettings(object):
     do_eval, do_predict: score the dev set, predict the test set.
     best_metric, early_stopping_patience: the dev metric whose best checkpoint is kept,
       and the evaluations without a better one after which training stops (0: never).
+    export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
   """
 
   def __init__(self, data_dir, vocab_file, bert_config_file, data_format="auto",
                do_lower_case=True, max_seq_length=128, doc_stride=64, use_crf=False,
-               do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0):
+               do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0,
+               export_format=onnx_export.ExportFormat()):
+    self.export_format = export_format
     self.data_dir = data_dir
     self.data_format = data_format
     self.vocab_file = vocab_file
@@ -180,13 +185,14 @@ class NerTask(job.Task):
                       len(tags), sum(len(ner_scoring.entities(t)) for t in tags), output_dir)
 
   def export(self, export_dir):
-    export_model(self.job_settings.output_dir, export_dir)
+    export_model(self.job_settings.output_dir, export_dir, self.settings.export_format)
 
 
-def export_model(output_dir, export_dir):
+def export_model(output_dir, export_dir, export_format=onnx_export.ExportFormat()):
   """Exports the best (else latest) checkpoint of output_dir to export_dir."""
-  path, checkpoint, why = ner_serving.export_output_dir(output_dir, export_dir)
-  tf.logging.info("Exported %s (%s) as a SavedModel to %s", checkpoint, why, path)
+  path, checkpoint, why = ner_serving.export_output_dir(output_dir, export_dir, export_format)
+  tf.logging.info("Exported %s (%s) as %s to %s", checkpoint, why,
+                  export.format_description(export_format), path)
 
 
 def log_tag_skew(config, windows, num_tags, shuffle_buffer):

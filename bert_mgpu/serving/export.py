@@ -16,6 +16,7 @@ from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import onnx_export
 
 # Files the model graph does not read go here; TF Serving and Triton ignore the directory.
 EXPORT_ASSETS_DIR = "assets.extra"
@@ -34,13 +35,20 @@ def _version_numbers(export_base):
 
 
 def _is_complete_version(version_dir):
+  """A version directory holds a SavedModel, an ONNX model (--export_format=onnx), or both."""
+  return any(os.path.isfile(os.path.join(version_dir, name))
+             for name in ("saved_model.pb", onnx_export.ONNX_FILE))
+
+
+def has_saved_model(version_dir):
   return os.path.isfile(os.path.join(version_dir, "saved_model.pb"))
 
 
 def newest_version_dir(export_dir):
   """`export_dir` itself when it is a version directory, else its highest complete one.
 
-  A numbered directory without saved_model.pb (left by a crash) is skipped with a warning.
+  A numbered directory without saved_model.pb or model.onnx (left by a crash) is skipped
+  with a warning.
 
   Raises:
     UsageError: neither.
@@ -51,11 +59,23 @@ def newest_version_dir(export_dir):
     version_dir = os.path.join(export_dir, str(version))
     if _is_complete_version(version_dir):
       return version_dir
-    tf.logging.warning("Skipping %s: it holds no saved_model.pb (left by a crashed export?).",
-                       version_dir)
-  raise UsageError("--export_dir=%s holds no SavedModel (no saved_model.pb, in it or in a "
+    tf.logging.warning("Skipping %s: it holds no saved_model.pb or %s (left by a crashed "
+                       "export?).", version_dir, onnx_export.ONNX_FILE)
+  raise UsageError("--export_dir=%s holds no export (no saved_model.pb or %s, in it or in a "
                    "numbered version directory): export one with run_classifier_mgpu.py "
-                   "--export_dir=%s --output_dir=<trained model>." % (export_dir, export_dir))
+                   "--export_dir=%s --output_dir=<trained model>." % (
+                       export_dir, onnx_export.ONNX_FILE, export_dir))
+
+
+def format_description(export_format):
+  """What an export of onnx_export.ExportFormat writes, for the log."""
+  parts = []
+  if onnx_export.writes_savedmodel(export_format.name):
+    parts.append("a SavedModel")
+  if onnx_export.writes_onnx(export_format.name):
+    parts.append("an ONNX model" + (" (and its int8 quantization)"
+                                    if export_format.onnx_int8 else ""))
+  return " and ".join(parts)
 
 
 def checkpoint_of_export(version_dir):
@@ -177,7 +197,8 @@ def _claim_version_dir(export_base, temp_dir):
     return target
 
 
-def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
+def export_classifier(export_base, files, checkpoint, model_fn, bert_config,
+                      export_format=onnx_export.ExportFormat()):
   """Writes a SavedModel of the classifier into the next version directory of export_base.
 
   The serving_default signature takes input_ids, input_mask and segment_ids, int32
@@ -193,6 +214,8 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
     checkpoint: the weights to export.
     model_fn: bert_mgpu.classifier.model.create_model_fn(bert_config, num_labels).
     bert_config: the model's BertConfig.
+    export_format: onnx_export.ExportFormat; the ONNX model keeps the probabilities (the labels and the
+      multi-label thresholds are applied in NumPy).
 
   Returns:
     The version directory written.
@@ -202,11 +225,14 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config):
   """
   return export_saved_model(
       export_base, files, checkpoint,
-      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files))
+      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files),
+      export_format._replace(onnx_outputs=("probabilities",)))
 
 
-def export_saved_model(export_base, files, checkpoint, build_outputs):
-  """Writes a SavedModel into the next version directory of export_base (any kind).
+def export_saved_model(export_base, files, checkpoint, build_outputs,
+                       export_format=onnx_export.ExportFormat(), extra_assets=None):
+  """Writes a SavedModel, an ONNX model or both into the next version directory of
+  export_base (any kind).
 
   Args:
     export_base: the --export_dir (created if missing).
@@ -214,6 +240,8 @@ def export_saved_model(export_base, files, checkpoint, build_outputs):
     checkpoint: the weights to export.
     build_outputs: builds the model on the dict of int32 [batch, seq] placeholders
       input_ids, input_mask and segment_ids; returns the signature's outputs (a dict).
+    export_format: onnx_export.ExportFormat.
+    extra_assets: dict file name -> text, more files for assets.extra/.
 
   Returns:
     The version directory written.
@@ -234,9 +262,20 @@ def export_saved_model(export_base, files, checkpoint, build_outputs):
   temp_dir = os.path.join(export_base, "%s%d" % (_TEMP_PREFIX, os.getpid()))
   try:
     remove_export_leftovers(export_base)
-    _write_saved_model(temp_dir, graph, checkpoint, inputs, outputs)
+    if onnx_export.writes_savedmodel(export_format.name):
+      _write_saved_model(temp_dir, graph, checkpoint, inputs, outputs)
+    else:
+      os.mkdir(temp_dir)
+    if onnx_export.writes_onnx(export_format.name):
+      with tf.Session(graph=graph) as sess:
+        tf.train.Saver(tf.global_variables()).restore(sess, checkpoint)
+        onnx_export.write_onnx(sess, inputs, {name: outputs[name] for name in
+                                              export_format.onnx_outputs}, temp_dir,
+                               export_format.onnx_int8)
     assets = os.path.join(temp_dir, EXPORT_ASSETS_DIR)
     os.mkdir(assets)
+    for name, text in (extra_assets or {}).items():
+      atomic_write_text(os.path.join(assets, name), text)
     model_files.save_model_files(assets, files.vocab_file, files.bert_config_file,
                                  files.settings)
     atomic_write_text(os.path.join(assets, model_files.LABELS_FILE),

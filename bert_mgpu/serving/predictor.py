@@ -17,6 +17,7 @@ from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import checkpoints
 import multigpu
 
@@ -67,6 +68,10 @@ def load_export(export_dir, kinds=(model_files.CLASSIFIER_KIND,)):
       not in `kinds`.
   """
   version_dir = export.newest_version_dir(export_dir)
+  if not export.has_saved_model(version_dir):
+    raise UsageError("%s holds only %s (--export_format=onnx): predict_text.py runs the "
+                     "SavedModel; export with --export_format=both." % (
+                         version_dir, onnx_export.ONNX_FILE))
   files = model_files.find_model_files(
       os.path.join(version_dir, export.EXPORT_ASSETS_DIR), "export the model with %s "
       "--export_dir." % " or ".join(model_files.kind_script(k) for k in kinds), kinds)

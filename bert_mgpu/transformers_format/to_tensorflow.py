@@ -20,6 +20,7 @@ import numpy as np
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import model_files
@@ -189,7 +190,7 @@ def _settings(head, input_dir, do_lower_case, max_seq_length, beside):
     return model_config.read_json(os.path.join(input_dir, model_files.SETTINGS_FILE))
   if head.kind == "ner":
     return ner_serving.ner_settings(do_lower_case, max_seq_length, max_seq_length // 2,
-                                    to_transformers.CRF_TRANSITIONS_FILE in beside)
+                                    crf_numpy.CRF_TRANSITIONS_FILE in beside)
   settings = model_files.classifier_settings("tsv", do_lower_case, max_seq_length)
   if head.kind == "multi_label":
     settings["multi_label"] = True
@@ -207,16 +208,12 @@ def _head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length):
   if head.kind == "squad":
     return {}
   labels = model_config.labels_of(config, os.path.join(input_dir, model_config.CONFIG_FILE))
-  beside = {name for name in (to_transformers.CRF_TRANSITIONS_FILE, model_files.SETTINGS_FILE,
+  beside = {name for name in (crf_numpy.CRF_TRANSITIONS_FILE, model_files.SETTINGS_FILE,
                               multi_label.THRESHOLDS_FILE)
             if os.path.isfile(os.path.join(input_dir, name))}
-  if to_transformers.CRF_TRANSITIONS_FILE in beside and head.kind == "ner":
-    crf = model_config.read_json(os.path.join(input_dir, to_transformers.CRF_TRANSITIONS_FILE))
-    transitions = np.asarray(crf.get("transitions"), dtype=np.float32)
-    if transitions.shape != (len(labels), len(labels)) or crf.get("labels") != labels:
-      raise UsageError("%s does not match config.json's %d labels." % (
-          os.path.join(input_dir, to_transformers.CRF_TRANSITIONS_FILE), len(labels)))
-    arrays[ner_model.CRF_TRANSITIONS] = transitions
+  if crf_numpy.CRF_TRANSITIONS_FILE in beside and head.kind == "ner":
+    arrays[ner_model.CRF_TRANSITIONS] = crf_numpy.read_transitions(
+        os.path.join(input_dir, crf_numpy.CRF_TRANSITIONS_FILE), labels)
   settings = _settings(head, input_dir, do_lower_case, max_seq_length, beside)
   texts = {model_files.LABELS_FILE: "".join(label + "\n" for label in labels),
            model_files.SETTINGS_FILE: model_config.json_text(settings)}

@@ -21,6 +21,7 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
@@ -28,8 +29,6 @@ from bert_mgpu.transformers_format import heads
 from bert_mgpu.transformers_format import model_config
 from bert_mgpu.transformers_format import weight_files
 from bert_mgpu.transformers_format import weight_names
-
-CRF_TRANSITIONS_FILE = "crf_transitions.json"
 
 # Variables of the training state, not of the model.
 _TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v", "/accumulated_grad", "/Adam", "/Adam_1",
@@ -144,11 +143,8 @@ def _beside_files(source, head, arrays, labels):
   """The files transformers does not read: {file name: text}."""
   files = {}
   if ner_model.CRF_TRANSITIONS in arrays:
-    files[CRF_TRANSITIONS_FILE] = model_config.json_text(collections.OrderedDict([
-        ("labels", labels),
-        ("transitions", arrays[ner_model.CRF_TRANSITIONS].astype(float).tolist()),
-        ("layout", "transitions[i][j] scores label i followed by label j, over the first "
-                   "word piece of each word; no start or end scores")]))
+    files[crf_numpy.CRF_TRANSITIONS_FILE] = crf_numpy.transitions_json(
+        arrays[ner_model.CRF_TRANSITIONS], labels)
   for name in (model_files.SETTINGS_FILE, multi_label.THRESHOLDS_FILE):
     path = os.path.join(source.directory, name)
     if os.path.isfile(path) and head.kind in ("classifier", "multi_label", "ner"):

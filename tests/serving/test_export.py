@@ -210,7 +210,7 @@ def test_the_newest_version_skips_numbered_directories_without_a_saved_model(tmp
   assert export.newest_version_dir(export_dir) == os.path.join(export_dir, "2")
   empty = str(tmp_path / "empty")
   os.makedirs(os.path.join(empty, "1"))
-  with pytest.raises(UsageError, match="holds no SavedModel"):
+  with pytest.raises(UsageError, match="holds no export"):
     export.newest_version_dir(empty)
 
 

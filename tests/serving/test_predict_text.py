@@ -199,4 +199,4 @@ def test_an_export_of_another_kind_of_model_is_refused(model, tmp_path):
 
 def test_a_directory_without_an_export_is_refused(tmp_path):
   result = run_predict(["--export_dir=" + str(tmp_path)], stdin=b"text\n")
-  cli.assert_one_line_error(result, "--export_dir=%s holds no SavedModel" % tmp_path)
+  cli.assert_one_line_error(result, "--export_dir=%s holds no export" % tmp_path)

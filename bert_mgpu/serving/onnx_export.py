@@ -1,0 +1,116 @@
+# coding=utf-8
+"""The ONNX export (--export_format=onnx|both, --onnx_int8): model.onnx, and model.int8.onnx
+with its weights quantized to int8, in the export's version directory (docs/SERVING.md).
+
+tf2onnx converts the frozen serving graph, with only numeric outputs (the labels,
+multi-label thresholds and CRF decoding are NumPy's in the predictor), inputs and outputs
+renamed to plain names (input_ids, input_mask, segment_ids; probabilities, tag_ids), every
+dimension dynamic. model.onnx is standard ONNX (opset 17), so any ONNX runtime takes it;
+ONNX Runtime applies its graph optimizations when it loads the model. --onnx_int8 adds ONNX
+Runtime's dynamic quantization: int8 weights, activations quantized per batch.
+
+TF 2.x only: the releases of tf2onnx and onnxruntime for Python 3.7 need NumPy 1.21 or
+newer, and TF 1.15 runs on NumPy below 1.19.
+"""
+
+import collections
+import importlib.util
+import logging
+import os
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.errors import UsageError
+
+EXPORT_FORMATS = ("savedmodel", "onnx", "both")
+ONNX_FILE = "model.onnx"
+ONNX_INT8_FILE = "model.int8.onnx"
+OPSET = 17
+
+ExportFormat = collections.namedtuple("ExportFormat", ["name", "onnx_int8", "onnx_outputs"],
+                                      defaults=("savedmodel", False, ()))
+ExportFormat.__doc__ = """What an export writes.
+
+Fields:
+  name: --export_format: "savedmodel", "onnx" or "both" (EXPORT_FORMATS).
+  onnx_int8: --onnx_int8, also model.int8.onnx.
+  onnx_outputs: the signature outputs the ONNX model keeps (numeric ones; set by the head's
+    export).
+"""
+
+# What the [onnx] extra installs (pyproject.toml).
+_PACKAGES = ("tf2onnx", "onnx", "onnxruntime")
+
+
+def writes_savedmodel(export_format):
+  return export_format in ("savedmodel", "both")
+
+
+def writes_onnx(export_format):
+  return export_format in ("onnx", "both")
+
+
+def check_export_format(export_format, onnx_int8):
+  """Refuses, before any work, an ONNX export this installation cannot write.
+
+  Raises:
+    UsageError: one line: an unknown format, --onnx_int8 without ONNX, TF 1.15, or tf2onnx,
+      onnx or onnxruntime missing.
+  """
+  if export_format not in EXPORT_FORMATS:
+    raise UsageError("--export_format=%s: use one of %s." % (export_format,
+                                                             ", ".join(EXPORT_FORMATS)))
+  if onnx_int8 and not writes_onnx(export_format):
+    raise UsageError("--onnx_int8 quantizes the ONNX export: add --export_format=onnx (or "
+                     "both).")
+  if not writes_onnx(export_format):
+    return
+  if tf.__version__.startswith("1."):
+    raise UsageError("--export_format=%s needs TensorFlow 2.x: tf2onnx and onnxruntime for "
+                     "Python 3.7 need NumPy 1.21 or newer, which TF %s cannot use. Export "
+                     "the SavedModel here and convert it under TF 2.x." % (export_format,
+                                                                           tf.__version__))
+  missing = [name for name in _PACKAGES if importlib.util.find_spec(name) is None]
+  if missing:
+    raise UsageError("--export_format=%s needs %s, which %s not installed: pip install "
+                     "\"bert-mgpu[onnx]\" (tf2onnx, onnx, onnxruntime)." % (
+                         export_format, ", ".join(missing),
+                         "is" if len(missing) == 1 else "are"))
+
+
+def _plain_names(model, renames):
+  """Renames graph inputs and outputs everywhere in `model` ({"input_ids:0": "input_ids"})."""
+  for value in list(model.graph.input) + list(model.graph.output):
+    value.name = renames.get(value.name, value.name)
+  for node in model.graph.node:
+    node.input[:] = [renames.get(name, name) for name in node.input]
+    node.output[:] = [renames.get(name, name) for name in node.output]
+
+
+def write_onnx(sess, inputs, outputs, directory, int8=False):
+  """Writes directory/model.onnx (and model.int8.onnx) of the graph in `sess`.
+
+  Args:
+    sess: a session of the serving graph with its weights restored.
+    inputs: dict name -> placeholder (input_ids, input_mask, segment_ids).
+    outputs: dict name -> numeric tensor; each is an output of the ONNX model by its name.
+    directory: the export's version directory (being assembled).
+    int8: also write the dynamically quantized model.
+  """
+  # Imported here: only an ONNX export needs them (check_export_format said they are there).
+  import onnx  # pylint: disable=import-outside-toplevel
+  import tf2onnx  # pylint: disable=import-outside-toplevel
+  frozen = tf.graph_util.convert_variables_to_constants(
+      sess, sess.graph.as_graph_def(), [tensor.op.name for tensor in outputs.values()])
+  logging.getLogger("tf2onnx").setLevel(logging.WARNING)
+  model, _ = tf2onnx.convert.from_graph_def(
+      frozen, input_names=[tensor.name for tensor in inputs.values()],
+      output_names=[tensor.name for tensor in outputs.values()], opset=OPSET)
+  _plain_names(model, {tensor.name: name for name, tensor in
+                      list(inputs.items()) + list(outputs.items())})
+  path = os.path.join(directory, ONNX_FILE)
+  onnx.save(model, path)
+  if int8:
+    from onnxruntime.quantization import QuantType  # pylint: disable=import-outside-toplevel
+    from onnxruntime.quantization import quantize_dynamic  # pylint: disable=import-outside-toplevel
+    quantize_dynamic(path, os.path.join(directory, ONNX_INT8_FILE), weight_type=QuantType.QInt8)
