@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError
@@ -191,10 +192,9 @@ def _settings(head, input_dir, do_lower_case, max_seq_length, beside):
   if head.kind == "ner":
     return ner_serving.ner_settings(do_lower_case, max_seq_length, max_seq_length // 2,
                                     crf_numpy.CRF_TRANSITIONS_FILE in beside)
-  settings = model_files.classifier_settings("tsv", do_lower_case, max_seq_length)
-  if head.kind == "multi_label":
-    settings["multi_label"] = True
-  return settings
+  return model_files.classifier_settings(
+      "tsv", do_lower_case, max_seq_length,
+      input_examples.FeatureOptions(multi_label=head.kind == "multi_label"))
 
 
 def _head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length):

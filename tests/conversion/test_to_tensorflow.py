@@ -494,3 +494,15 @@ def test_cased_tokenizer_is_reported(tmp_path):
 def test_our_checkpoint_given_to_the_wrong_direction(tmp_path):
   model = conversion_models.write_model(str(tmp_path / "ours"), "classifier", seed=2)
   refused(tmp_path, model.directory, "use --to=transformers")
+
+
+def test_kept_multi_label_classifier_without_our_files_has_complete_settings(tmp_path):
+  """The model_settings.json made for a transformers multi-label classifier is what training
+  writes (multi_label and its label_separator), so the output_dir exports and serves."""
+  arrays, _ = classifier_arrays()
+  convert_back(tmp_path, write_hf(tmp_path / "hf", arrays, "BertForSequenceClassification",
+                                  problem_type="multi_label_classification", **LABEL_FIELDS),
+               keep_head=True)
+  with open(str(tmp_path / "back" / "model_settings.json"), encoding="utf-8") as f:
+    settings = json.load(f)
+  assert settings["multi_label"] is True and settings["label_separator"] == ","

@@ -134,7 +134,7 @@ def _settings_files(kind):
                 "max_seq_length": MAX_SEQ_LENGTH}
     files = {"labels.txt": "".join(label + "\n" for label in LABELS)}
     if kind == "multi_label":
-      settings["multi_label"] = True
+      settings.update(multi_label=True, label_separator=",")  # as training writes them
       files["thresholds.json"] = json.dumps(THRESHOLDS, ensure_ascii=False, indent=2) + "\n"
   else:
     settings = {"model": "ner", "do_lower_case": True, "max_seq_length": MAX_SEQ_LENGTH,
