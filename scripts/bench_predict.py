@@ -379,7 +379,7 @@ def bench_padding(args, model):
   # pylint: disable=protected-access
   # Predictor.predict always cuts to the longest; its graph takes any length, so feeding it
   # the full max_seq_length rows is the fixed-padding baseline on the same weights and session.
-  session, inputs, output = predictor._session, predictor._inputs, predictor._probabilities
+  session, inputs, output = predictor._session, predictor._inputs, predictor._output
 
   def one_pass(fixed):
     start = time.time()
