@@ -12,7 +12,7 @@
 
 --output must not exist yet or be empty; a conversion writes all of it or nothing.
 docs/HUGGING_FACE.md has the name mapping and what each head becomes. Needs the safetensors
-package (pip install "bert-mgpu[transformers]"); torch only to read a pytorch_model.bin.
+package (pip install ".[transformers]" in the repo); torch only to read a pytorch_model.bin.
 """
 
 import tensorflow.compat.v1 as tf

@@ -56,10 +56,10 @@ def viterbi_decode(scores, transitions):
   Returns:
     int32 [length], the labels of the highest-scoring path (ties: the lowest label id).
   """
+  scores = np.asarray(scores, np.float32)
   length = scores.shape[0]
   if length == 0:
     return np.zeros([0], np.int32)
-  scores = np.asarray(scores, np.float32)
   transitions = np.asarray(transitions, np.float32)
   best = scores[0]  # [labels]: the best path score ending in each label
   backpointers = np.zeros([length, scores.shape[1]], np.int32)

@@ -199,7 +199,8 @@ def _claim_version_dir(export_base, temp_dir):
 
 def export_classifier(export_base, files, checkpoint, model_fn, bert_config,
                       export_format=onnx_export.ExportFormat()):
-  """Writes a SavedModel of the classifier into the next version directory of export_base.
+  """Writes a SavedModel of the classifier (and, as export_format says, an ONNX model) into
+  the next version directory of export_base.
 
   The serving_default signature takes input_ids, input_mask and segment_ids, int32
   [batch, seq] with both dimensions dynamic, and returns probabilities [batch, num_labels],
@@ -214,8 +215,8 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config,
     checkpoint: the weights to export.
     model_fn: bert_mgpu.classifier.model.create_model_fn(bert_config, num_labels).
     bert_config: the model's BertConfig.
-    export_format: onnx_export.ExportFormat; the ONNX model keeps the probabilities (the labels and the
-      multi-label thresholds are applied in NumPy).
+    export_format: onnx_export.ExportFormat; the ONNX model keeps the probabilities (the
+      labels and the multi-label thresholds are applied in NumPy).
 
   Returns:
     The version directory written.

@@ -14,7 +14,7 @@ newer, and TF 1.15 runs on NumPy below 1.19.
 """
 
 import collections
-import importlib.util
+import importlib
 import logging
 import os
 
@@ -68,14 +68,23 @@ def check_export_format(export_format, onnx_int8):
   if tf.__version__.startswith("1."):
     raise UsageError("--export_format=%s needs TensorFlow 2.x: tf2onnx and onnxruntime for "
                      "Python 3.7 need NumPy 1.21 or newer, which TF %s cannot use. Export "
-                     "the SavedModel here and convert it under TF 2.x." % (export_format,
-                                                                           tf.__version__))
-  missing = [name for name in _PACKAGES if importlib.util.find_spec(name) is None]
+                     "the trained --output_dir again under TF 2.x (--export_dir=... "
+                     "--export_format=%s)." % (export_format, tf.__version__, export_format))
+  missing = []
+  for name in _PACKAGES:
+    try:
+      importlib.import_module(name)  # imported now, so that a broken install stops the run
+    except ImportError:              # before training, not at the export after it
+      missing.append(name)
+    except Exception as e:  # pylint: disable=broad-except
+      raise UsageError("--export_format=%s: %s is installed but does not import (%s: %s); "
+                       "reinstall it (pip install \".[onnx]\" in the repo)." % (
+                           export_format, name, type(e).__name__, " ".join(str(e).split())))
   if missing:
     raise UsageError("--export_format=%s needs %s, which %s not installed: pip install "
-                     "\"bert-mgpu[onnx]\" (tf2onnx, onnx, onnxruntime)." % (
-                         export_format, ", ".join(missing),
-                         "is" if len(missing) == 1 else "are"))
+                     "tf2onnx onnx onnxruntime (the [onnx] extra: pip install \".[onnx]\" in "
+                     "the repo)." % (export_format, ", ".join(missing),
+                                     "is" if len(missing) == 1 else "are"))
 
 
 def _plain_names(model, renames):
@@ -97,20 +106,30 @@ def write_onnx(sess, inputs, outputs, directory, int8=False):
     directory: the export's version directory (being assembled).
     int8: also write the dynamically quantized model.
   """
-  # Imported here: only an ONNX export needs them (check_export_format said they are there).
+  # Imported here: only an ONNX export needs them (check_export_format said they import).
   import onnx  # pylint: disable=import-outside-toplevel
   import tf2onnx  # pylint: disable=import-outside-toplevel
-  frozen = tf.graph_util.convert_variables_to_constants(
-      sess, sess.graph.as_graph_def(), [tensor.op.name for tensor in outputs.values()])
-  logging.getLogger("tf2onnx").setLevel(logging.WARNING)
-  model, _ = tf2onnx.convert.from_graph_def(
-      frozen, input_names=[tensor.name for tensor in inputs.values()],
-      output_names=[tensor.name for tensor in outputs.values()], opset=OPSET)
-  _plain_names(model, {tensor.name: name for name, tensor in
-                      list(inputs.items()) + list(outputs.items())})
-  path = os.path.join(directory, ONNX_FILE)
-  onnx.save(model, path)
-  if int8:
-    from onnxruntime.quantization import QuantType  # pylint: disable=import-outside-toplevel
-    from onnxruntime.quantization import quantize_dynamic  # pylint: disable=import-outside-toplevel
-    quantize_dynamic(path, os.path.join(directory, ONNX_INT8_FILE), weight_type=QuantType.QInt8)
+  from onnxruntime import quantization  # pylint: disable=import-outside-toplevel
+  if not outputs:
+    raise ValueError("an ONNX model needs at least one output")
+  step = "freezing the graph"
+  try:
+    frozen = tf.graph_util.convert_variables_to_constants(
+        sess, sess.graph.as_graph_def(), [tensor.op.name for tensor in outputs.values()])
+    step = "tf2onnx's conversion"
+    logging.getLogger("tf2onnx").setLevel(logging.WARNING)
+    model, _ = tf2onnx.convert.from_graph_def(
+        frozen, input_names=[tensor.name for tensor in inputs.values()],
+        output_names=[tensor.name for tensor in outputs.values()], opset=OPSET)
+    _plain_names(model, {tensor.name: name for name, tensor in
+                         list(inputs.items()) + list(outputs.items())})
+    step = "writing " + ONNX_FILE
+    path = os.path.join(directory, ONNX_FILE)
+    onnx.save(model, path)
+    if int8:
+      step = "the int8 quantization"
+      quantization.quantize_dynamic(path, os.path.join(directory, ONNX_INT8_FILE),
+                                    weight_type=quantization.QuantType.QInt8)
+  except Exception as e:  # pylint: disable=broad-except
+    raise UsageError("the ONNX export failed at %s (%s: %s); nothing was exported." % (
+        step, type(e).__name__, " ".join(str(e).split())[:300]))

@@ -2,7 +2,7 @@
 """transformers' weight files: model.safetensors (written and read through the `safetensors`
 package's NumPy API), its sharded form, and pytorch_model.bin (read through torch).
 
-`safetensors` is an optional extra (pip install "bert-mgpu[transformers]"; its 0.4.5 release
+`safetensors` is an optional extra (pip install ".[transformers]" in the repo; its 0.4.5 release
 has a Python 3.7 wheel, so TF 1.15 converts too). torch is needed only to read a .bin file.
 Every array comes out as float32 NumPy: float16 is widened, and bfloat16, which NumPy has no
 type for, is read from the file's bytes (the top 16 bits of a float32).
@@ -22,7 +22,8 @@ PYTORCH_FILE = "pytorch_model.bin"
 PYTORCH_INDEX_FILE = "pytorch_model.bin.index.json"
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_INDEX_FILE, PYTORCH_FILE, PYTORCH_INDEX_FILE)
 
-_INSTALL = 'pip install "safetensors>=0.4.5" (or pip install "bert-mgpu[transformers]")'
+_INSTALL = ('pip install safetensors (the [transformers] extra: pip install ".[transformers]" '
+            'in the repo)')
 
 
 def _safetensors_numpy():

@@ -485,7 +485,7 @@ def test_onnx_without_tf2onnx_is_refused(plain_models, workdir, script, export_f
                                         "--export_format=" + export_format])
   assert_refused(result, output_dir, before, export_base,
                  "--export_format=%s needs tf2onnx" % export_format,
-                 "pip install \"bert-mgpu[onnx]\"")
+                 "pip install tf2onnx onnx onnxruntime", "pip install \".[onnx]\"")
 
 
 @pytest.mark.skipif(not TF1, reason="TF 1.15 only: TF 2.x exports ONNX")
@@ -498,3 +498,76 @@ def test_tf1_refuses_the_onnx_export(plain_models, workdir, script):
                                    "--export_format=onnx", "--onnx_int8"])
   assert_refused(result, output_dir, before, export_base,
                  "--export_format=onnx needs TensorFlow 2.x")
+
+
+@pytest.mark.skipif(not TF1, reason="TF 1.15 only: TF 2.x exports ONNX")
+def test_tf1_refuses_the_onnx_export_before_training(plain_models, workdir, tmp_path):
+  """With --do_train, the refusal comes first: no training that could not be exported."""
+  output_dir = str(tmp_path / "never_trained")
+  result = cli.run_script(CLASSIFIER_SCRIPT, [
+      "--do_train", "--task_name=tsv", "--data_dir=" + str(tmp_path / "no_data"),
+      "--output_dir=" + output_dir, "--export_dir=" + str(tmp_path / "export"),
+      "--export_format=onnx"])
+  cli.assert_one_line_error(result, "--export_format=onnx needs TensorFlow 2.x")
+  assert not os.path.exists(output_dir)
+
+
+# ---------------------------------------------------------------------------
+# ONNX against predict_text.py's TensorFlow path, and a failed conversion
+# ---------------------------------------------------------------------------
+
+TEXTS = ["今天天气很好", "这家店的菜很好吃", "我们明天去北京", "好"]
+
+
+@needs_tf2
+def test_onnx_probabilities_equal_predict_text_on_the_output_dir(exports, tmp_path):
+  """predict_text.py does not run the SavedModel (it rebuilds the graph per tower from the
+  checkpoint): ONNX on the same texts, featurized as it featurizes them, gives its
+  probabilities."""
+  from bert_mgpu.serving import model_files  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import model_inputs  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import predictor  # pylint: disable=import-outside-toplevel
+  exported = exports("classifier")
+  input_file, output_file = str(tmp_path / "texts.txt"), str(tmp_path / "predictions.tsv")
+  with open(input_file, "w", encoding="utf-8") as f:
+    f.write("".join(text + "\n" for text in TEXTS))
+  cli.assert_succeeded(cli.run_script("predict_text.py", [
+      "--output_dir=" + exported.model.directory, "--input_file=" + input_file,
+      "--output_file=" + output_file]))
+  with open(output_file, encoding="utf-8") as f:
+    rows = [line.rstrip("\n").split("\t") for line in f]
+  ours = np.array([[float(p) for p in row[2:]] for row in rows], np.float32)
+  loaded = predictor.load_output_dir(exported.model.directory)
+  features = model_inputs.featurize(loaded.tokenizer, loaded.files.settings["max_seq_length"],
+                                    TEXTS, None,
+                                    model_files.feature_options(loaded.files.settings))
+  onnx = run_onnx(os.path.join(exported.version_dir, "model.onnx"),
+                  [dict(features.arrays)])[0]["probabilities"]
+  np.testing.assert_allclose(onnx, ours, rtol=0, atol=1e-5)
+  assert [row[0] for row in rows] == [loaded.files.labels[i] for i in onnx.argmax(axis=1)]
+
+
+@needs_tf2
+def test_a_failed_conversion_is_one_line_and_leaves_no_version(plain_models, workdir,
+                                                               monkeypatch):
+  """tf2onnx failing (an operation it cannot convert, say): one line naming the step, and
+  neither a version nor the temp directory is left, the SavedModel of `both` included."""
+  import tf2onnx  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.classifier import task as classifier_task  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.errors import UsageError  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import onnx_export  # pylint: disable=import-outside-toplevel
+  calls = []
+
+  def failing_conversion(*args, **kwargs):
+    calls.append(1)
+    raise ValueError("Unsupported ops: Foo")
+  monkeypatch.setattr(tf2onnx.convert, "from_graph_def", failing_conversion)
+  export_base = os.path.join(workdir, "refused", "failed_conversion")
+  settings = classifier_task.ClassifierSettings(
+      export_format=onnx_export.ExportFormat("both", True))
+  with pytest.raises(UsageError) as info:
+    classifier_task.export_model(settings, plain_models[CLASSIFIER_SCRIPT], export_base)
+  assert calls == [1]
+  assert "tf2onnx's conversion" in str(info.value) and "Unsupported ops: Foo" in str(info.value)
+  assert "\n" not in str(info.value)
+  assert os.listdir(export_base) == []
