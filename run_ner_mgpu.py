@@ -71,7 +71,6 @@ def define_flags():
 def check_flags():
   """Validates flags and files before anything is written. Returns the BertConfig (None
   when only exporting: the config then comes from output_dir)."""
-  command_line.export_format()
   if command_line.check_actions(("data_dir",)):
     command_line.check_run_flags()
     return None
@@ -82,23 +81,25 @@ def check_flags():
   return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
-def settings_from_flags():
-  """The NerSettings of the flags."""
+def settings_from_flags(export_format):
+  """The NerSettings of the flags (export_format: command_line.export_format()'s)."""
   return ner_task.NerSettings(
       FLAGS.data_dir, FLAGS.vocab_file, FLAGS.bert_config_file, data_format=FLAGS.data_format,
       do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
       doc_stride=FLAGS.doc_stride, use_crf=FLAGS.use_crf, do_eval=FLAGS.do_eval,
       do_predict=FLAGS.do_predict, best_metric=FLAGS.best_metric,
       early_stopping_patience=FLAGS.early_stopping_patience,
-      export_format=command_line.export_format())
+      export_format=export_format)
 
 
 def main(_):
+  export_format = command_line.export_format()  # first: refused before anything else runs
   bert_config = check_flags()
   if command_line.export_only():
-    ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir, command_line.export_format())
+    ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir, export_format)
     return
-  task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(), bert_config)
+  task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(export_format),
+                          bert_config)
   job.run_job(task, FLAGS.export_dir)
 
 

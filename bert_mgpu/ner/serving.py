@@ -125,9 +125,7 @@ def export_output_dir(output_dir, export_base, export_format=onnx_export.ExportF
         files.labels)
   path = export.export_saved_model(
       export_base, files, checkpoint, lambda inputs: signature_outputs(model, inputs),
-      export_format._replace(onnx_outputs=("probabilities",) + (() if use_crf else
-                                                                ("tag_ids",))),
-      extra_assets)
+      export_format, ("probabilities",) + (() if use_crf else ("tag_ids",)), extra_assets)
   return path, checkpoint, why
 
 

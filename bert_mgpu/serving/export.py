@@ -227,11 +227,12 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config,
   return export_saved_model(
       export_base, files, checkpoint,
       lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files),
-      export_format._replace(onnx_outputs=("probabilities",)))
+      export_format, onnx_outputs=("probabilities",))
 
 
 def export_saved_model(export_base, files, checkpoint, build_outputs,
-                       export_format=onnx_export.ExportFormat(), extra_assets=None):
+                       export_format=onnx_export.ExportFormat(), onnx_outputs=(),
+                       extra_assets=None):
   """Writes a SavedModel, an ONNX model or both into the next version directory of
   export_base (any kind).
 
@@ -242,6 +243,8 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
     build_outputs: builds the model on the dict of int32 [batch, seq] placeholders
       input_ids, input_mask and segment_ids; returns the signature's outputs (a dict).
     export_format: onnx_export.ExportFormat.
+    onnx_outputs: the signature outputs the ONNX model keeps (the numeric ones the head's
+      client needs).
     extra_assets: dict file name -> text, more files for assets.extra/.
 
   Returns:
@@ -271,7 +274,7 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
       with tf.Session(graph=graph) as sess:
         tf.train.Saver(tf.global_variables()).restore(sess, checkpoint)
         onnx_export.write_onnx(sess, inputs, {name: outputs[name] for name in
-                                              export_format.onnx_outputs}, temp_dir,
+                                              onnx_outputs}, temp_dir,
                                export_format.onnx_int8)
     assets = os.path.join(temp_dir, EXPORT_ASSETS_DIR)
     os.mkdir(assets)

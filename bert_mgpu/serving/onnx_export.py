@@ -27,15 +27,13 @@ ONNX_FILE = "model.onnx"
 ONNX_INT8_FILE = "model.int8.onnx"
 OPSET = 17
 
-ExportFormat = collections.namedtuple("ExportFormat", ["name", "onnx_int8", "onnx_outputs"],
-                                      defaults=("savedmodel", False, ()))
+ExportFormat = collections.namedtuple("ExportFormat", ["name", "onnx_int8"],
+                                      defaults=("savedmodel", False))
 ExportFormat.__doc__ = """What an export writes.
 
 Fields:
   name: --export_format: "savedmodel", "onnx" or "both" (EXPORT_FORMATS).
   onnx_int8: --onnx_int8, also model.int8.onnx.
-  onnx_outputs: the signature outputs the ONNX model keeps (numeric ones; set by the head's
-    export).
 """
 
 # What the [onnx] extra installs (pyproject.toml).

@@ -35,11 +35,12 @@ def latest_checkpoint(directory):
   return tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
 
 
-def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None):
+def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None,
+                             output_dir_flag="--output_dir"):
   """The weights to evaluate or predict with, and a phrase saying why.
 
   output_dir/<best_subdir> when given and holding a checkpoint, else the latest checkpoint
-  in output_dir, else init_checkpoint.
+  in output_dir, else init_checkpoint. output_dir_flag names output_dir in the phrase.
 
   Raises:
     UsageError: none of them exists.
@@ -51,7 +52,7 @@ def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None):
       return best, "the best dev checkpoint, kept in %s" % best_dir
   latest = latest_checkpoint(output_dir)
   if latest:
-    return latest, "the latest checkpoint in --output_dir"
+    return latest, "the latest checkpoint in " + output_dir_flag
   if init_checkpoint:
     return init_checkpoint, "--init_checkpoint (no checkpoint in --output_dir)"
   raise UsageError("No checkpoint in --output_dir=%s and no --init_checkpoint: train first "

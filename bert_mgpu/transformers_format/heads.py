@@ -59,6 +59,13 @@ def detect(variable_names):
   raise AssertionError("the encoder head has no variables, so it always matches")
 
 
+def output_layer(head):
+  """(weights, bias): Google's names of the two variables of a classification, tagging or
+  QA head ([labels, hidden] and [labels])."""
+  weights, bias = sorted(head.names, key=lambda name: name.endswith("bias"))
+  return weights, bias
+
+
 def fine_tuned_head(architecture):
   """The Head of a fine-tuned transformers class (sequence or token classification, QA),
   or None."""

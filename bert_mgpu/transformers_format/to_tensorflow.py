@@ -16,11 +16,12 @@ import collections
 import os
 
 import numpy as np
+import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.data import output_files
-from bert_mgpu.errors import UsageError
+from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import serving as ner_serving
@@ -96,7 +97,7 @@ def _model_head(config, config_path, raw, keep_head):
                      "head; convert without --keep_head to fine-tune its BERT." % config_path)
   if head.kind == "classifier" and config.get("problem_type") == "multi_label_classification":
     head = heads.HEADS_BY_KIND["multi_label"]
-  bias = [name for name in head.names.values() if name.endswith(".bias")][0]
+  bias = head.names[heads.output_layer(head)[1]]  # transformers' name
   if bias not in raw:
     raise UsageError("%s says %s, but the weights hold no %s: convert without --keep_head."
                      % (config_path, architecture, bias))
@@ -151,7 +152,7 @@ def _head_shapes(bert_config, head, num_labels):
             "cls/seq_relationship/output_weights": [2, hidden],
             "cls/seq_relationship/output_bias": [2]}
   if head:
-    weights, bias = sorted(head.names, key=lambda name: name.endswith("bias"))
+    weights, bias = heads.output_layer(head)
     shapes.update({weights: [num_labels, hidden], bias: [num_labels]})
   return shapes
 
@@ -160,28 +161,31 @@ def _num_labels(head, arrays):
   """A kept head's label count: 2 (start, end) for QA, else its bias's length."""
   if head is None or head.kind == "squad":
     return 2
-  return len(arrays[[name for name in head.names if name.endswith("bias")][0]])
+  return len(arrays[heads.output_layer(head)[1]])
 
 
 def _check_shapes(arrays, bert_config, weights_path, head):
   """Refuses weights whose shapes differ from the config's, or that lack a BERT weight."""
-  expected = weight_names.body_shapes(bert_config)
   for name, shape in _head_shapes(bert_config, head, _num_labels(head, arrays)).items():
     if name in arrays and list(arrays[name].shape) != shape:
       raise UsageError("%s: %s is %s, but config.json makes it %s: the weights and the config "
                        "belong to different models." % (
                            weights_path, name, list(arrays[name].shape), shape))
-  for name, shape in expected.items():
-    if name not in arrays:
-      if name.startswith(weight_names.POOLER_PREFIX):
-        continue  # BertForMaskedLM, token classification and QA have no pooler
-      raise UsageError("%s lacks BERT's %s: it is not a complete BERT model." % (
-          weights_path, weight_names.body_to_transformers(name)))
-    if list(arrays[name].shape) != shape:
-      raise UsageError("%s: %s is %s, but config.json makes it %s: the weights and the config "
-                       "belong to different models." % (
-                           weights_path, weight_names.body_to_transformers(name),
-                           list(arrays[name].shape), shape))
+  mismatch = weight_names.body_mismatch(arrays, bert_config)
+  if mismatch is None:
+    return
+  name, found, expected = mismatch
+  if found is None:
+    raise UsageError("%s lacks BERT's %s: it is not a complete BERT model." % (
+        weights_path, weight_names.body_to_transformers(name)))
+  if expected is None:
+    raise UsageError("%s has %s, which config.json's BERT lacks (num_hidden_layers=%d): the "
+                     "weights and the config belong to different models." % (
+                         weights_path, weight_names.body_to_transformers(name),
+                         bert_config["num_hidden_layers"]))
+  raise UsageError("%s: %s is %s, but config.json makes it %s: the weights and the config "
+                   "belong to different models." % (
+                       weights_path, weight_names.body_to_transformers(name), found, expected))
 
 
 def _settings(head, input_dir, do_lower_case, max_seq_length, beside):
@@ -273,7 +277,10 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
     texts.update(_head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length))
 
   def fill(directory):
-    checkpoints.write_arrays(arrays, os.path.join(directory, CHECKPOINT_NAME))
+    try:
+      checkpoints.write_arrays(arrays, os.path.join(directory, CHECKPOINT_NAME))
+    except tf.errors.OpError as e:  # TF's own write failure (a full disk, say)
+      raise write_error(output_dir, e)
     # The Saver's `checkpoint` file names the path it wrote, which the rename below moves:
     # name it relative to the directory instead.
     output_files.atomic_write_text(
@@ -283,7 +290,7 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
     for name, text in texts.items():
       output_files.atomic_write_text(os.path.join(directory, name), text)
 
-  to_transformers.write_directory(output_dir, fill)
+  output_files.replace_directory(os.path.abspath(output_dir), fill)
   return {"checkpoint": os.path.join(output_dir, CHECKPOINT_NAME), "weights": weights_path,
           "kept_head": head.architecture if head else None, "dropped": dropped,
           "variables": len(arrays), "files": sorted(texts), "do_lower_case": do_lower_case,

@@ -13,8 +13,6 @@ import collections
 import glob
 import os
 import re
-import shutil
-import tempfile
 
 import tensorflow.compat.v1 as tf
 
@@ -56,8 +54,8 @@ def find_checkpoint(input_path):
     if (os.path.isfile(os.path.join(input_path, "checkpoint")) or
         os.path.isdir(os.path.join(input_path, checkpoints.BEST_SUBDIR))):
       checkpoint, why = checkpoints.checkpoint_for_inference(
-          input_path, None, best_subdir=checkpoints.BEST_SUBDIR)
-      return Source(checkpoint, why.replace("--output_dir", "--input"), input_path)
+          input_path, None, best_subdir=checkpoints.BEST_SUBDIR, output_dir_flag="--input")
+      return Source(checkpoint, why, input_path)
     indexes = sorted(glob.glob(os.path.join(glob.escape(input_path), "*.index")))
     if len(indexes) == 1:
       return Source(indexes[0][:-len(".index")], "the only checkpoint there", input_path)
@@ -87,22 +85,18 @@ def _model_file(directory, name, flag_value, flag):
 def _check_body(arrays, bert_config, checkpoint):
   """Refuses a checkpoint that lacks a BERT variable of the config, has another shape, or
   has more encoder layers."""
-  expected = weight_names.body_shapes(bert_config)
-  for name, shape in expected.items():
-    if name not in arrays:
-      if name.startswith(weight_names.POOLER_PREFIX):
-        continue  # an encoder-only checkpoint may lack it (checkpoints.UNREAD_SCOPES)
-      raise UsageError("%s lacks %s of its config's BERT: give the bert_config.json it was "
-                       "trained with (or it is not a BERT checkpoint)." % (checkpoint, name))
-    if list(arrays[name].shape) != shape:
-      raise UsageError("%s: %s is %s, the config makes it %s: give the bert_config.json it "
-                       "was trained with." % (checkpoint, name, list(arrays[name].shape),
-                                              shape))
-  extra = sorted(name for name in arrays if weight_names.is_body_name(name) and
-                 name not in expected)
-  if extra:
+  mismatch = weight_names.body_mismatch(arrays, bert_config)
+  if mismatch is None:
+    return
+  name, found, expected = mismatch
+  if found is None:
+    raise UsageError("%s lacks %s of its config's BERT: give the bert_config.json it was "
+                     "trained with (or it is not a BERT checkpoint)." % (checkpoint, name))
+  if expected is None:
     raise UsageError("%s has %s, which its config's BERT lacks: give the bert_config.json it "
-                     "was trained with." % (checkpoint, extra[0]))
+                     "was trained with." % (checkpoint, name))
+  raise UsageError("%s: %s is %s, the config makes it %s: give the bert_config.json it was "
+                   "trained with." % (checkpoint, name, found, expected))
 
 
 def _labels(directory, head, num_labels):
@@ -191,8 +185,7 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
     do_lower_case = settings.get("do_lower_case", True)
   labels = None
   if head.kind in ("classifier", "multi_label", "ner"):
-    bias = [name for name in head.names if name.endswith("output_bias")][0]
-    labels = _labels(source.directory, head, arrays[bias].shape[0])
+    labels = _labels(source.directory, head, len(arrays[heads.output_layer(head)[1]]))
   weights, unused = _weights(arrays, head)
   unused = [name for name in unused if name != ner_model.CRF_TRANSITIONS]
   beside = _beside_files(source, head, arrays, labels)
@@ -212,7 +205,7 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
     for name, text in texts.items():
       output_files.atomic_write_text(os.path.join(directory, name), text)
 
-  write_directory(output_dir, fill)
+  output_files.replace_directory(os.path.abspath(output_dir), fill)
   return {"architecture": head.architecture, "checkpoint": source.checkpoint,
           "why": source.why, "files": sorted(texts) + [weight_files.SAFETENSORS_FILE],
           "beside": sorted(beside), "unused": sorted(unused), "weights": len(weights)}
@@ -224,27 +217,3 @@ def check_output_dir(output_dir):
     raise UsageError("--output=%s %s: give a new or empty directory (nothing is overwritten)."
                      % (output_dir, "is not empty" if os.path.isdir(output_dir) else
                         "is a file"))
-
-
-def write_directory(output_dir, fill):
-  """Builds `output_dir` in a temp directory beside it and moves it into place: a failure
-  leaves nothing.
-
-  Raises:
-    UsageError: a write failed (a full disk, say); the temp directory is removed.
-  """
-  output_dir = os.path.abspath(output_dir)
-  partial = None
-  try:
-    os.makedirs(os.path.dirname(output_dir), exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(output_dir))
-    fill(partial)
-    if os.path.isdir(output_dir):
-      os.rmdir(output_dir)  # empty (check_output_dir): replaced by the finished one
-    os.rename(partial, output_dir)
-  except (OSError, tf.errors.OpError) as e:
-    raise UsageError("cannot write %s (%s); nothing was written." % (
-        output_dir, " ".join(str(e).split())))
-  finally:
-    if partial and os.path.isdir(partial):
-      shutil.rmtree(partial, ignore_errors=True)

@@ -85,6 +85,26 @@ def body_shapes(bert_config):
   return shapes
 
 
+def body_mismatch(arrays, bert_config):
+  """The first way BERT's variables in `arrays` (Google's names) differ from the config's,
+  or None.
+
+  Returns:
+    None, or (name, its shape or None when missing, the config's shape or None when the
+    config has no such variable). The pooler may be missing: encoder-only checkpoints,
+    BertForMaskedLM, token classification and QA have none.
+  """
+  expected = body_shapes(bert_config)
+  for name, shape in expected.items():
+    if name not in arrays:
+      if not name.startswith(POOLER_PREFIX):
+        return name, None, shape
+    elif list(arrays[name].shape) != shape:
+      return name, list(arrays[name].shape), shape
+  extra = sorted(name for name in arrays if is_body_name(name) and name not in expected)
+  return (extra[0], list(arrays[extra[0]].shape), None) if extra else None
+
+
 def to_google_layout(google_name, array):
   """An array read from transformers' files, in Google's layout."""
   return array.T if is_kernel(google_name) else array

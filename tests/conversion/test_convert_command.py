@@ -45,7 +45,7 @@ def assert_nothing_written(output_dir, before=None):
   else:
     assert sorted(os.listdir(output_dir)) == before
   parent = os.path.dirname(os.path.abspath(output_dir))
-  assert not [name for name in os.listdir(parent) if name.startswith(".convert-")]
+  assert not [name for name in os.listdir(parent) if name.endswith((".new-tmp", ".old-tmp"))]
 
 
 # ---------------------------------------------------------------------------

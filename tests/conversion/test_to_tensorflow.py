@@ -331,7 +331,7 @@ def refused(tmp_path, input_dir, *fragments, **kwargs):
   assert_usage_error(lambda: to_tensorflow.convert(str(input_dir), output_dir, **kwargs),
                      *fragments)
   assert not os.path.exists(output_dir)
-  assert not [name for name in os.listdir(str(tmp_path)) if name.startswith(".convert-")]
+  assert not [name for name in os.listdir(str(tmp_path)) if name.endswith((".new-tmp", ".old-tmp"))]
 
 
 @pytest.mark.parametrize("model_type", ["roberta", "albert"])
@@ -506,3 +506,10 @@ def test_kept_multi_label_classifier_without_our_files_has_complete_settings(tmp
   with open(str(tmp_path / "back" / "model_settings.json"), encoding="utf-8") as f:
     settings = json.load(f)
   assert settings["multi_label"] is True and settings["label_separator"] == ","
+
+
+def test_more_layers_than_the_config_says(tmp_path):
+  """Weights of 2 layers under a config of 1: refused, not converted with a layer too many."""
+  body, _ = conversion_models.transformers_body(CONFIG)
+  refused(tmp_path, write_hf(tmp_path / "hf", body, num_hidden_layers=1),
+          "bert.encoder.layer.1.", "num_hidden_layers=1")

@@ -371,7 +371,7 @@ def assert_refused(output_dir, convert, *fragments):
   assert_usage_error(convert, *fragments)
   assert not os.path.exists(output_dir)
   parent = os.path.dirname(output_dir)
-  assert not [name for name in os.listdir(parent) if name.startswith(".convert-")]
+  assert not [name for name in os.listdir(parent) if name.endswith((".new-tmp", ".old-tmp"))]
 
 
 def test_no_checkpoint_in_the_directory(tmp_path):

@@ -552,10 +552,11 @@ def test_a_failed_conversion_is_one_line_and_leaves_no_version(plain_models, wor
                                                                monkeypatch):
   """tf2onnx failing (an operation it cannot convert, say): one line naming the step, and
   neither a version nor the temp directory is left, the SavedModel of `both` included."""
-  import tf2onnx  # pylint: disable=import-outside-toplevel
-  from bert_mgpu.classifier import task as classifier_task  # pylint: disable=import-outside-toplevel
-  from bert_mgpu.errors import UsageError  # pylint: disable=import-outside-toplevel
-  from bert_mgpu.serving import onnx_export  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  import tf2onnx
+  from bert_mgpu.classifier import task as classifier_task
+  from bert_mgpu.errors import UsageError
+  from bert_mgpu.serving import onnx_export
   calls = []
 
   def failing_conversion(*args, **kwargs):
