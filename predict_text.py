@@ -31,32 +31,40 @@ With --serve=PORT it answers HTTP instead (bert_mgpu/serving/http_server.py, doc
                  503 {"status": "draining"} after SIGTERM
 Requests that arrive within --batch_window_ms of each other run as one batch (at most
 --max_batch texts; a larger request runs in chunks of that many).
+
+--backend=onnxruntime runs the export's model.onnx (or --onnx_file, e.g. model.int8.onnx) on
+ONNX Runtime instead, on the CPU with --onnx_threads threads (0: the CPUs the process may
+use), with the same outputs and HTTP answers. TensorFlow is not imported on that path: a
+serving machine needs NumPy, onnxruntime and absl-py only (docs/SERVING.md).
 """
 
+import importlib
 import json
 import sys
 import time
 
-import tensorflow.compat.v1 as tf
+from absl import flags
 
-from bert_mgpu.classifier import model as classifier_model
-from bert_mgpu import command_line
+# No TensorFlow import here: --backend=onnxruntime runs without it (load_predictor imports
+# the TensorFlow predictor only for --backend=tensorflow).
+from bert_mgpu import command_line_base
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.data import text_files
 from bert_mgpu.data.text_files import line_error, read_text_file
 from bert_mgpu.errors import UsageError
-from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import http_server
+from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import predictor as serving_predictor
 
-FLAGS = tf.flags.FLAGS
+FLAGS = flags.FLAGS
+LOGGER = command_line_base.LOGGER
+
+BACKENDS = ("tensorflow", "onnxruntime")
 
 
 def define_flags():
   """Defines the flags; called only under __main__, so the module imports anywhere."""
-  flags = tf.flags
-  flags.DEFINE_string("export_dir", None, "A SavedModel export of run_classifier_mgpu.py or "
+  flags.DEFINE_string("export_dir", None, "An export of run_classifier_mgpu.py or "
                       "run_ner_mgpu.py: its base directory (the newest version is used) or "
                       "one version.")
   flags.DEFINE_string("output_dir", None, "Or a run_classifier_mgpu.py or run_ner_mgpu.py "
@@ -64,8 +72,17 @@ def define_flags():
   flags.DEFINE_string("input_file", None, "Texts, one per line (UTF-8); default: stdin.")
   flags.DEFINE_string("output_file", None, "Where to write the predictions; default: stdout.")
   flags.DEFINE_bool("text_b", False, "Each input line is text_a<TAB>text_b (sentence pairs).")
-  command_line.define_device_flags()
+  command_line_base.define_device_flags()
   flags.DEFINE_integer("predict_batch_size", 32, "Texts (NER: windows) per tower per step.")
+  flags.DEFINE_enum("backend", "tensorflow", list(BACKENDS), "What runs the model: "
+                    "tensorflow (the export's SavedModel weights, or --output_dir's "
+                    "checkpoint, on every tower) or onnxruntime (the export's model.onnx on "
+                    "the CPU, without TensorFlow).")
+  flags.DEFINE_string("onnx_file", None, "With --backend=onnxruntime: the ONNX model to run, a "
+                      "name in the export's version directory (default model.onnx; "
+                      "model.int8.onnx: --onnx_int8's) or a path.")
+  flags.DEFINE_integer("onnx_threads", 0, "With --backend=onnxruntime: ONNX Runtime's threads "
+                       "(0: one per CPU this process may use).")
   flags.DEFINE_integer("serve", None, "Answer HTTP on this port instead of reading texts "
                        "(0: any free port; the log names it).")
   flags.DEFINE_string("host", "127.0.0.1", "With --serve: the address to bind (0.0.0.0: all).")
@@ -84,14 +101,37 @@ def check_flags():
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (a SavedModel export) and --output_dir "
                      "(a trained run_classifier_mgpu.py or run_ner_mgpu.py output_dir).")
-  command_line.check_positive(("max_batch", "max_request_texts"))
-  for name in ("batch_window_ms", "drain_seconds"):
+  command_line_base.check_positive(("max_batch", "max_request_texts"))
+  check_backend_flags()
+  for name in ("batch_window_ms", "drain_seconds", "onnx_threads"):
     if getattr(FLAGS, name) < 0:
       raise UsageError("--%s=%d: use 0 or more." % (name, getattr(FLAGS, name)))
   if FLAGS.serve is not None and not 0 <= FLAGS.serve <= 65535:
     raise UsageError("--serve=%d: give a port from 0 (any free one) to 65535." % FLAGS.serve)
   if FLAGS.serve is not None and (FLAGS.input_file or FLAGS.output_file):
     raise UsageError("--serve answers HTTP requests: drop --input_file and --output_file.")
+
+
+def check_backend_flags():
+  """Raises UsageError for flags that mean nothing to the chosen --backend."""
+  if FLAGS.backend != "onnxruntime":
+    for name, unset in (("onnx_file", None), ("onnx_threads", 0)):
+      if getattr(FLAGS, name) != unset:
+        raise UsageError("--%s is for --backend=onnxruntime; add it, or drop --%s." %
+                         (name, name))
+    return
+  if FLAGS.output_dir:
+    raise UsageError("--backend=onnxruntime runs an export's model.onnx, not --output_dir's "
+                     "checkpoint: export it first (run_classifier_mgpu.py or run_ner_mgpu.py "
+                     "--output_dir=%s --export_dir=DIR --export_format=onnx) and give "
+                     "--export_dir=DIR." % FLAGS.output_dir)
+  # ONNX Runtime runs here on the CPU in float32 (or int8 with model.int8.onnx).
+  for name, default in (("n_gpus", 1), ("towers_per_gpu", 1), ("precision", "fp32"),
+                        ("use_xla", False)):
+    if getattr(FLAGS, name) != default:
+      raise UsageError("--%s=%s: --backend=onnxruntime runs on the CPU (set its threads with "
+                       "--onnx_threads; model.int8.onnx is the faster one); drop --%s." %
+                       (name, getattr(FLAGS, name), name))
 
 
 # ---------------------------------------------------------------------------
@@ -173,26 +213,63 @@ def write_output(text):
 # The model
 # ---------------------------------------------------------------------------
 
-def load_predictor():
-  """Loads the model of --export_dir or --output_dir onto every tower: a
-  serving_predictor.Predictor of a classifier or an ner_serving.NerPredictor. Raises
-  UsageError."""
+def load_tensorflow_predictor():
+  """The model of --export_dir or --output_dir in TensorFlow, on every tower."""
+  # Imported here, so that --backend=onnxruntime never imports TensorFlow.
+  # pylint: disable=import-outside-toplevel
+  try:
+    importlib.import_module("tensorflow.compat.v1")
+  except ImportError as e:
+    raise UsageError("--backend=tensorflow (the default) needs TensorFlow, which does not "
+                     "import here (%s): install it, or run an ONNX export with "
+                     "--backend=onnxruntime." % " ".join(str(e).split()))
+  from bert_mgpu.classifier import model as classifier_model
+  from bert_mgpu import command_line
+  from bert_mgpu.ner import serving as ner_serving
+  from bert_mgpu.serving import predictor as serving_predictor
+  # pylint: enable=import-outside-toplevel
   if FLAGS.export_dir:
-    model = serving_predictor.load_export(FLAGS.export_dir, ner_serving.ANY_KIND)
+    model = serving_predictor.load_export(FLAGS.export_dir, model_files.ANY_KIND)
   else:
-    model = serving_predictor.load_output_dir(FLAGS.output_dir, ner_serving.ANY_KIND)
-  if serving_predictor.is_ner(model) and FLAGS.text_b:
-    raise UsageError("--text_b: %s is an NER model, which reads one text per line; drop "
-                     "--text_b." % (FLAGS.export_dir or FLAGS.output_dir))
+    model = serving_predictor.load_output_dir(FLAGS.output_dir, model_files.ANY_KIND)
+  check_text_b(model)
   devices = command_line.device_settings().check()
-  if serving_predictor.is_ner(model):
-    predictor = ner_serving.NerPredictor(model, devices, FLAGS.predict_batch_size)
+  if model_files.is_ner(model):
+    predictor = ner_serving.load_predictor(model, devices, FLAGS.predict_batch_size)
   else:
     model_fn = classifier_model.model_fn_of(model.files, model.bert_config)
     predictor = serving_predictor.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
-  tf.logging.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
-                  devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)
+  LOGGER.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
+              devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)
   return predictor
+
+
+def load_onnx_predictor():
+  """The ONNX model of --export_dir on ONNX Runtime."""
+  from bert_mgpu.serving import onnx_predictor  # pylint: disable=import-outside-toplevel
+  model = onnx_predictor.load_model(FLAGS.export_dir, FLAGS.onnx_file)
+  check_text_b(model)
+  threads = FLAGS.onnx_threads or onnx_predictor.usable_cpus()
+  predictor = onnx_predictor.make_predictor(
+      model, onnx_predictor.open_session(model, threads), FLAGS.predict_batch_size,
+      length_multiple=None if FLAGS.pad_to_max_seq_length else 1)
+  LOGGER.info("Loaded %s on ONNX Runtime (CPU, %d thread(s)).", model.description, threads)
+  return predictor
+
+
+def check_text_b(model):
+  if model_files.is_ner(model) and FLAGS.text_b:
+    raise UsageError("--text_b: %s is an NER model, which reads one text per line; drop "
+                     "--text_b." % (FLAGS.export_dir or FLAGS.output_dir))
+
+
+def load_predictor():
+  """Loads the model of --export_dir or --output_dir with --backend: a predictor of a
+  classifier (serving/predictor.py's or onnx_predictor's) or a text_predictor.NerPredictor.
+  Raises UsageError."""
+  if FLAGS.backend == "onnxruntime":
+    return load_onnx_predictor()
+  return load_tensorflow_predictor()
 
 
 def format_entities(records):
@@ -207,9 +284,9 @@ def predict_entities_file(texts, predictor):
   records = predictor.entities(features, predictor.predict(features.features))
   elapsed = time.time() - start
   write_output(format_entities(records))
-  tf.logging.info("Found %d entities in %d text(s) (%d window(s)) in %.2f s (%.1f texts/s).",
-                  sum(len(r["entities"]) for r in records), len(texts),
-                  len(features.features.truncated), elapsed, len(texts) / max(elapsed, 1e-9))
+  LOGGER.info("Found %d entities in %d text(s) (%d window(s)) in %.2f s (%.1f texts/s).",
+              sum(len(r["entities"]) for r in records), len(texts),
+              len(features.features.truncated), elapsed, len(texts) / max(elapsed, 1e-9))
   predictor.close()
 
 
@@ -217,7 +294,7 @@ def predict_file():
   """File mode: reads every text first (bad input stops before the model loads)."""
   texts_a, texts_b = read_input()
   predictor = load_predictor()
-  if serving_predictor.is_ner(predictor):
+  if model_files.is_ner(predictor):
     predict_entities_file(texts_a, predictor)
     return
   start = time.time()
@@ -233,9 +310,8 @@ def predict_file():
   probabilities = predictor.predict(features)
   elapsed = time.time() - start
   write_output(format_predictions(probabilities, predictor))
-  tf.logging.info("Predicted %d text(s) in %.2f s (%.1f texts/s; tokenizing %.2f s).",
-                  len(texts_a), elapsed, len(texts_a) / max(elapsed, 1e-9),
-                  featurized - start)
+  LOGGER.info("Predicted %d text(s) in %.2f s (%.1f texts/s; tokenizing %.2f s).",
+              len(texts_a), elapsed, len(texts_a) / max(elapsed, 1e-9), featurized - start)
   model_inputs.log_truncated(int(features.truncated.sum()), len(texts_a),
                              predictor.max_seq_length)
   predictor.close()
@@ -254,4 +330,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  command_line.run_main(main)
+  command_line_base.run_main(main)

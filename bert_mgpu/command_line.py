@@ -13,23 +13,23 @@ of the package that reads flags (`FLAGS`); everything else takes the settings bu
 - load_bert_config(), load_tokenizer(), require_file(): the model files, checked.
 - run_main(): strict parsing (a misspelt flag is an error, not ignored), and one line on
   stderr for a UsageError or a preemption instead of a traceback.
+
+What needs no TensorFlow (the strict parsing and run_main's one-line failures, the inference
+device flags, the tokenizer check) is command_line_base.py, which predict_text.py
+--backend=onnxruntime uses alone.
 """
 
 import collections
-import difflib
 import os
-import signal
-import sys
 
 import numpy as np
 import tensorflow.compat.v1 as tf
-from absl import app as absl_app
 
+from bert_mgpu import command_line_base
+from bert_mgpu.command_line_base import check_positive, flag_value  # the scripts' too
 from bert_mgpu.distributed import cluster
-from bert_mgpu.errors import Preempted, UsageError
+from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import onnx_export
-from bert_mgpu.training import mixed_precision
-from bert_mgpu.training import phases
 from bert_mgpu.training import run_settings
 import modeling
 import multigpu
@@ -67,12 +67,6 @@ _SHARED_FLAGS = collections.OrderedDict([
                          "data, the batches' order shuffled): less padding on long-tailed "
                          "texts. Every example still comes once per epoch.")),
 ])
-
-# Integer flags that must be at least 1 wherever a script defines them.
-# (--n_gpus and --towers_per_gpu: multigpu.plan_devices checks them, for every caller.)
-_POSITIVE_FLAGS = ("train_batch_size", "eval_batch_size", "predict_batch_size",
-                   "save_checkpoints_steps", "log_steps", "accumulation_steps",
-                   "max_seq_length", "worker_timeout_secs", "worker_startup_timeout_secs")
 
 
 def define_shared_flags(names, **defaults):
@@ -114,23 +108,15 @@ def define_shared_flags(names, **defaults):
                        "into one update.")
 
 def define_device_flags(training=False):
-  """Defines the flags of run_settings.DeviceSettings: towers, precision, XLA, padding.
+  """Defines the flags of run_settings.DeviceSettings: towers, precision, XLA, padding
+  (command_line_base.define_device_flags).
 
   Args:
     training: also the flags only training has: where the variables live and how
       gradients meet, and the workers of a multi-worker run.
   """
   flags = tf.flags
-  flags.DEFINE_integer("n_gpus", 1, "GPUs to use. With none visible, towers run on logical "
-                       "CPU devices.")
-  flags.DEFINE_integer("towers_per_gpu", 1, "Model replicas (towers) on each GPU.")
-  flags.DEFINE_enum("precision", "fp32", list(mixed_precision.PRECISIONS), "Compute "
-                    "precision: fp32; bf16 (Ampere-or-newer GPUs, CPUs with bf16 units); fp16 "
-                    "with dynamic loss scaling (V100/T4-class GPUs). Weights stay float32.")
-  flags.DEFINE_bool("use_xla", False, "Compile each tower's step with XLA (for GPUs).")
-  flags.DEFINE_bool("pad_to_max_seq_length", False, "Pad every batch to the full sequence "
-                    "length (the model's max_seq_length) instead of to its longest example "
-                    "(the old behaviour; slower on short texts).")
+  command_line_base.define_device_flags()
   if not training:
     return
   flags.DEFINE_bool("variables_on_gpu", False, "The old name of --variable_update=gpu0.")
@@ -152,11 +138,6 @@ def define_device_flags(training=False):
 # ---------------------------------------------------------------------------
 # Settings objects from the flags (the package takes these, never the flags)
 # ---------------------------------------------------------------------------
-
-def flag_value(flag_values, name, default=None):
-  """The value of flag `name`, or `default` when the script does not define it."""
-  return getattr(flag_values, name) if name in flag_values else default
-
 
 def run_cluster(flag_values=None):
   """The cluster.Cluster of a multi-worker run (--worker_hosts or TF_CONFIG), else None.
@@ -205,17 +186,6 @@ def job_settings(flag_values=None):
             if name in flag_values}
   return run_settings.JobSettings(flag_value(flag_values, "output_dir"), do_train,
                                   device_settings(do_train, flag_values), **fields)
-
-
-def check_positive(names=(), flag_values=None):
-  """Raises UsageError unless the integer flags `names`, and the shared ones that must be
-  (batch sizes, --save_checkpoints_steps...), are at least 1 wherever the script defines
-  them."""
-  flag_values = FLAGS if flag_values is None else flag_values
-  for name in tuple(_POSITIVE_FLAGS) + tuple(names):
-    value = flag_value(flag_values, name)
-    if value is not None and value < 1:
-      raise UsageError("--%s=%d: it must be at least 1." % (name, value))
 
 
 def check_run_flags(positive_flag_names=(), flag_values=None):
@@ -413,102 +383,18 @@ def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file,
   """The FullTokenizer of `vocab_file`, checked against the config's vocab_size.
 
   Raises:
-    UsageError: the vocab file is unreadable, lacks [CLS], [SEP] or [UNK], or has more
-      lines than the model's vocab.
+    UsageError: the vocab file is missing or unreadable, lacks [CLS], [SEP] or [UNK], or
+      has more lines than the model's vocab.
   """
   require_file("vocab_file", vocab_file)
-  try:
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case,
-                                           literal_special_tokens=literal_special_tokens)
-  except ValueError as e:
-    raise UsageError(str(e))
-  missing = tokenization.missing_special_token(tokenizer.vocab)
-  if missing:
-    raise UsageError("%s has no %s token: use the vocab.txt that came with the checkpoint."
-                     % (vocab_file, missing))
-  # Ids are line numbers: a token listed twice makes the lines outnumber the tokens, and
-  # an id at or past vocab_size is out of the embedding table.
-  num_ids = max(tokenizer.vocab.values()) + 1 if tokenizer.vocab else 0
-  if num_ids > bert_config.vocab_size:
-    raise UsageError(
-        "%s has %d tokens (one per line, ids 0-%d) but vocab_size is %d in %s: the vocab "
-        "and the config belong to different models. Use the vocab.txt that came with the "
-        "checkpoint." % (vocab_file, num_ids, num_ids - 1, bert_config.vocab_size,
-                         bert_config_file))
-  return tokenizer
-
-
-def _known_flag_names(flag_values):
-  names = set()
-  for name, flag in flag_values._flags().items():  # pylint: disable=protected-access
-    names.add(name)
-    if flag.boolean:
-      names.add("no" + name)
-  return names
-
-
-def check_command_line(argv, flag_values=None):
-  """Parses `argv` strictly: an unknown flag or a stray argument is a UsageError.
-
-  tf.app.run alone tolerates undefined flags, so `--n_gpu=4` would train on one GPU
-  (docs/FORMATS.md 9). `--undefok=NAME` lets an old command line keep a flag on purpose.
-
-  Raises:
-    UsageError: one line naming the flag and the closest known one.
-  """
-  flag_values = flag_values or tf.flags.FLAGS
-  if flag_values is tf.flags.FLAGS:
-    # --help, --helpshort and --helpfull are defined by absl's app.run, which runs later.
-    absl_app.define_help_flags()
-  try:
-    leftover = flag_values(list(argv))
-  except tf.flags.Error as e:
-    name = getattr(e, "flagname", None)
-    if name is None:  # a bad value: absl names the flag and the value
-      raise UsageError(" ".join(str(e).split()))
-    known = sorted(n for n in _known_flag_names(flag_values) if not n.startswith("no"))
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = ("did you mean --%s? " % close[0]) if close else ""
-    raise UsageError("unknown flag --%s: %sIf the command line carries it on purpose, add "
-                     "--undefok=%s. (--helpfull lists every flag.)" % (name, hint, name))
-  if len(leftover) > 1:
-    stray = leftover[1]
-    raise UsageError("unexpected argument %r: a boolean flag takes its value after '=', "
-                     "e.g. --do_train=true (a bare word after it is not its value)." % stray)
+  return command_line_base.checked_tokenizer(vocab_file, do_lower_case, bert_config.vocab_size,
+                                             bert_config_file, literal_special_tokens)
 
 
 def run_main(main, argv=None):
-  """Runs `main(argv)` under tf.app.run with strict flags, and turns failures into one line.
+  """command_line_base.run_main under tf.app.run, with TensorFlow's log at INFO.
 
-  The job's phase breakdown (bert_mgpu/training/phases.py) is logged when main returns. A
-  UsageError prints `error: <message>` and exits 1; a preemption prints where it saved
-  and exits 128 + the signal (143 for SIGTERM, 130 for Ctrl-C); a Ctrl-C outside training
-  exits 130 with no traceback.
+  UsageError, preemption and Ctrl-C end in one line (command_line_base.run_main).
   """
-  argv = list(sys.argv if argv is None else argv)
-
-  def fail(message, code):
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-    sys.exit(code)
-
-  def guarded(args):
-    phases.record_import()
-    try:
-      main(args)
-    except UsageError as e:
-      fail("error: %s" % e, 1)
-    except Preempted as e:
-      fail(str(e), 128 + e.signum)
-    except KeyboardInterrupt:
-      fail("Interrupted (Ctrl-C).", 128 + signal.SIGINT)
-    phases.log_summary(tf.logging.info)
-
-  tf.logging.set_verbosity(tf.logging.INFO)
-  # TF 2.x hands each record to absl and to Python's root logger: print it once.
-  tf.get_logger().propagate = False
-  try:
-    check_command_line(argv)
-  except UsageError as e:
-    fail("error: %s" % e, 1)
-  tf.app.run(guarded, argv=argv)
+  tf.logging.set_verbosity(tf.logging.INFO)  # also gives TF's logger its handler
+  command_line_base.run_main(main, argv, app_run=tf.app.run)

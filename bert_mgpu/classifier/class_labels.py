@@ -7,19 +7,19 @@ output_dir/labels.txt, which runs without --do_train reuse. Every label of every
 (each of a --multi_label example's labels) must be in the list.
 """
 
+import logging
 import os
-
-import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import file_readers
 from bert_mgpu.data import label_files
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.errors import UsageError, write_error
 
-# Child of TensorFlow's logger: the messages appear next to tf.logging's and
+# Child of TensorFlow's logger (tf.get_logger() is the "tensorflow" logger; naming it
+# needs no TensorFlow import): the messages appear next to tf.logging's and
 # follow tf.logging.set_verbosity(). The classifier's data modules share it, under the
 # name their log lines have always shown.
-_LOGGER = tf.get_logger().getChild("classifier_data")
+_LOGGER = logging.getLogger("tensorflow").getChild("classifier_data")
 
 
 def resolve_label_list(processor, data_dir, output_dir, do_train):

@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.classifier import class_labels
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
+from bert_mgpu.classifier import records
 from bert_mgpu.data import processes
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu import progress
@@ -71,12 +72,12 @@ def _featurize_chunk(examples):
   options = _FEATURIZER["options"]
   for example in examples:
     if options.long_text == "windows":
-      record, truncated = featurizing.windowed_record(example, label_map, max_seq_length,
-                                                      tokenizer, options)
+      record, truncated = records.windowed_record(example, label_map, max_seq_length,
+                                                  tokenizer, options)
     else:
       features, truncated = featurizing.convert_example_counting_truncation(
           example, label_map, max_seq_length, tokenizer, options)
-      record = featurizing.serialize_features(features)
+      record = records.serialize_features(features)
     serialized.append(record)
     num_truncated += int(truncated)
   return serialized, num_truncated

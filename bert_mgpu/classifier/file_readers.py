@@ -8,17 +8,17 @@ line (1-based, as an editor shows it) and the value, and says what to do.
 
 import csv
 import io
-
-import tensorflow.compat.v1 as tf
+import logging
 
 from bert_mgpu.data import text_files
 from bert_mgpu.data.text_files import (DuplicateKeyError, find_surrogate, line_error, parse_json,  # pylint: disable=g-multiple-import
                                        read_text_file)
 
-# Child of TensorFlow's logger: the messages appear next to tf.logging's and
+# Child of TensorFlow's logger (tf.get_logger() is the "tensorflow" logger; naming it
+# needs no TensorFlow import): the messages appear next to tf.logging's and
 # follow tf.logging.set_verbosity(). The classifier's data modules share it, under the
 # name their log lines have always shown.
-_LOGGER = tf.get_logger().getChild("classifier_data")
+_LOGGER = logging.getLogger("tensorflow").getChild("classifier_data")
 
 def quote(value):
   """A value for an error message in the classifier's quoting (text_files.quote_value)."""

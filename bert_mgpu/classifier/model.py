@@ -11,8 +11,8 @@ import contextlib
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import long_text
 from bert_mgpu.classifier import multi_label as multi_label_lib
+from bert_mgpu.classifier import window_pooling as window_pooling_lib
 import modeling
 
 # The variable scope of the multi-label head (docs/FORMATS.md): its variables differ in name
@@ -31,7 +31,7 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
 
   With window_pooling ("max" or "mean", --long_text=windows) the inputs are
   [batch, windows, seq]: every window goes through BERT and the windows' pooled vectors of a
-  document are combined into one (long_text.pool_windows) before the one head.
+  document are combined into one (window_pooling.py's pool_windows) before the one head.
 
   One label per example: Google's softmax head, with Google's top-level `output_weights`
   [num_labels, hidden] and `output_bias` [num_labels], so checkpoints load in Google's
@@ -43,8 +43,8 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
   """
   def model_fn(features, is_training):
     if window_pooling:
-      pooled = long_text.pooled_output_of_windows(bert_config, features, is_training,
-                                                  window_pooling)
+      pooled = window_pooling_lib.pooled_output_of_windows(bert_config, features, is_training,
+                                                           window_pooling)
     else:
       model = modeling.BertModel(
           config=bert_config, is_training=is_training, input_ids=features["input_ids"],

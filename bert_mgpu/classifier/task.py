@@ -23,6 +23,7 @@ from bert_mgpu.classifier import metrics as classifier_metrics
 from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.classifier import predictions
+from bert_mgpu.classifier import records
 from bert_mgpu.classifier import task_registry
 from bert_mgpu import command_line
 from bert_mgpu.data import tfrecord_io
@@ -194,7 +195,7 @@ class ClassifierTask(job.Task):
 
   def _feature_spec(self):
     s = self.settings
-    return featurizing.input_feature_spec(
+    return records.input_feature_spec(
         s.max_seq_length, len(self.label_list) if s.multi_label else None,
         s.long_text == "windows")
 
@@ -217,7 +218,7 @@ class ClassifierTask(job.Task):
     if not (config.group_by_length and config.is_chief):
       return
     with phases.timed("featurize"):
-      lengths, targets, strata = featurizing.label_skew_inputs(
+      lengths, targets, strata = records.label_skew_inputs(
           self._record_files["train"], len(self.label_list), self.settings.multi_label,
           self.settings.grouping_strata() is not None)
       tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size,

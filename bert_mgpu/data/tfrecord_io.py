@@ -7,6 +7,8 @@ import struct
 
 import tensorflow.compat.v1 as tf
 
+# Also tfrecord_io's own names: its callers use tfrecord_io.MODEL_INPUTS and padded_length.
+from bert_mgpu.data.batch_shapes import MODEL_INPUTS, padded_length  # pylint: disable=g-multiple-import,unused-import
 from bert_mgpu.data import length_grouping
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError, write_error
@@ -52,20 +54,9 @@ def expand_input_files(input_file_flag, directory_suffix=None):
   return files
 
 
-# BERT's inputs, one value per token position.
-MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 # Every feature with one value per token position: trimming cuts them all to one length
 # (tag_ids and tag_mask: run_ner_mgpu.py's per-piece tags and first-piece mask).
 SEQUENCE_FEATURES = MODEL_INPUTS + ("tag_ids", "tag_mask")
-
-
-def padded_length(longest, length_multiple, max_length):
-  """The length a batch of fed arrays is cut to (trim_to_longest's rule, in NumPy): its
-  longest example rounded up to length_multiple, at most max_length; None pads to
-  max_length."""
-  if not length_multiple:
-    return max_length
-  return min(-(-longest // length_multiple) * length_multiple, max_length)
 
 
 # Windowed records (a long text cut into windows, long_text.document_windows): each

@@ -1,6 +1,6 @@
 # coding=utf-8
-"""Putting a trained NER model to work: its settings, its SavedModel export, and a
-predictor that finds the entities of raw text lines on every tower.
+"""Putting a trained NER model to work in TensorFlow: its settings, its SavedModel (and ONNX)
+export, and a predictor that finds the entities of raw text lines on every tower.
 
 The machinery is bert_mgpu/serving's (model files, versioned exports, Predictor,
 MicroBatcher); this module adds what token classification needs:
@@ -14,42 +14,27 @@ MicroBatcher); this module adds what token classification needs:
                        [CLS], [SEP], padding and "##" continuations as the first piece of a
                        token, which is what featurizing gives when each token is one
                        character (raw text, CLUENER) or one word piece run.
-  Raw text             every character is a token, as in CLUENER: a line is featurized as a
-                       CLUENER sentence (windows of max_seq_length with doc_stride from the
-                       settings) and its entities are predict_entities.jsonl records
-                       {"text", "entities": [{"type", "start", "end", "text"}]}, character
-                       offsets into the line, `end` exclusive.
+  Raw text             ner/text_predictor.py (no TensorFlow): lines to windows, tag ids to
+                       predict_entities.jsonl records; load_predictor() gives it this
+                       module's model on every tower.
 """
 
 import collections
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
+from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.ner import crf_numpy
-from bert_mgpu.ner import featurizing
-from bert_mgpu.ner import formats
 from bert_mgpu.ner import model as ner_model
-from bert_mgpu.ner import scoring as ner_scoring
-from bert_mgpu.ner import writers
+from bert_mgpu.ner import text_predictor
 from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
-from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import predictor
+from bert_mgpu.serving import serving_graph
 from bert_mgpu.training import checkpoints
 
 NER_KINDS = (model_files.NER_KIND,)
-# predict_text.py takes either kind.
-ANY_KIND = (model_files.CLASSIFIER_KIND, model_files.NER_KIND)
-
-# The window fields fed to the predictor, by feature name.
-_WINDOW_FIELDS = (("input_ids", "input_ids"), ("input_mask", "input_mask"),
-                  ("segment_ids", "segment_ids"), ("tag_mask", "label_mask"))
-
-# Pieces that never start a token: the window's own markers and padding.
-_NOT_TOKEN_PIECES = ("[CLS]", "[SEP]", "[PAD]")
 
 
 def ner_settings(do_lower_case, max_seq_length, doc_stride, use_crf):
@@ -77,19 +62,11 @@ def create_model_fn(model, pad_outputs=True):
 # SavedModel export
 # ---------------------------------------------------------------------------
 
-def first_piece_table(vocab, vocab_size):
-  """int32 [vocab_size]: 0 for the ids of [CLS], [SEP], [PAD] and "##" pieces, else 1."""
-  table = np.ones([vocab_size], np.int32)
-  for piece, index in vocab.items():
-    if index < vocab_size and (piece.startswith("##") or piece in _NOT_TOKEN_PIECES):
-      table[index] = 0
-  return table
-
-
 def signature_outputs(model, inputs):
   """Builds the NER serving graph on `inputs`; returns tag_ids and probabilities."""
-  features = model_inputs.checked_features(inputs, model.bert_config)
-  table = tf.constant(first_piece_table(model.tokenizer.vocab, model.bert_config.vocab_size))
+  features = serving_graph.checked_features(inputs, model.bert_config)
+  table = tf.constant(text_predictor.first_piece_table(model.tokenizer.vocab,
+                                                      model.bert_config.vocab_size))
   features["tag_mask"] = tf.gather(table, features["input_ids"]) * features["input_mask"]
   outputs = create_model_fn(model, pad_outputs=False)(features, False)
   return collections.OrderedDict([
@@ -130,75 +107,17 @@ def export_output_dir(output_dir, export_base, export_format=onnx_export.ExportF
 
 
 # ---------------------------------------------------------------------------
-# Raw text to entities
+# The predictor
 # ---------------------------------------------------------------------------
 
-def sentences_of_texts(texts):
-  """NerSentences of raw text lines: one token per character (CLUENER's rule)."""
-  return [formats.NerSentence(list(text), None, text, list(range(len(text))))
-          for text in texts]
+def load_predictor(model, devices, batch_size_per_tower):
+  """A text_predictor.NerPredictor of an NER model on every tower.
 
-
-NerFeatures = collections.namedtuple("NerFeatures", ["features", "sentences", "featurized"])
-NerFeatures.__doc__ = """The windows of some texts and what turns their predictions back.
-
-Fields:
-  features: model_inputs.Features of every window, in text order (what the predictor runs).
-  sentences: list of NerSentence, one per text.
-  featurized: per text, (SentencePieces, list of NerWindow) (featurizing.featurize_sentences).
-"""
-
-
-class NerPredictor(object):
-  """An NER model on every tower: raw texts in, predict_entities.jsonl records out.
-
-  featurize() and predict() are split as for predictor.Predictor, so that MicroBatcher runs
-  the windows of concurrent requests together; entities() reads the records off.
+  Args:
+    model: predictor.LoadedModel of an NER model.
+    devices: a checked run_settings.DeviceSettings.
+    batch_size_per_tower: windows per tower per step.
   """
-
-  kind = model_files.NER_KIND
-
-  def __init__(self, model, devices, batch_size_per_tower):
-    """Args: model: predictor.LoadedModel of an NER model; devices: a checked
-    run_settings.DeviceSettings; batch_size_per_tower: windows per tower per step."""
-    settings = model.files.settings
-    self.model = model
-    self.labels = model.files.labels
-    self.max_seq_length = settings["max_seq_length"]
-    self.doc_stride = settings["doc_stride"]
-    self.scheme = ner_scoring.detect_scheme(self.labels)
-    self._predictor = predictor.Predictor(
-        model, create_model_fn(model), devices, batch_size_per_tower,
-        input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")
-
-  def featurize(self, texts):
-    """NerFeatures of raw texts (each line one sentence, each character one token)."""
-    sentences = sentences_of_texts(texts)
-    featurized = featurizing.featurize_sentences(sentences, self.model.tokenizer, self.labels,
-                                                 self.max_seq_length, self.doc_stride)
-    windows = [window for _, windows in featurized for window in windows]
-    arrays = {name: np.array([getattr(w, field) for w in windows],
-                             np.int32).reshape([len(windows), self.max_seq_length])
-              for name, field in _WINDOW_FIELDS}
-    return NerFeatures(model_inputs.Features(arrays, np.zeros([len(windows)], np.bool_)),
-                       sentences, featurized)
-
-  def predict(self, features):
-    """The tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
-    if not len(features.truncated):
-      return np.zeros([0, self.max_seq_length], np.int32)
-    return self._predictor.predict(features)
-
-  def entities(self, ner_features, window_tag_ids):
-    """predict_entities.jsonl records of the texts, from their windows' tag ids."""
-    records, start = [], 0
-    for sentence, (aligned, windows) in zip(ner_features.sentences, ner_features.featurized):
-      tags = featurizing.tags_from_windows(aligned, windows,
-                                           window_tag_ids[start:start + len(windows)],
-                                           self.labels, self.scheme)
-      records.append(writers.entity_records(sentence, tags))
-      start += len(windows)
-    return records
-
-  def close(self):
-    self._predictor.close()
+  tagger = predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
+                               input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")
+  return text_predictor.NerPredictor(model, tagger)

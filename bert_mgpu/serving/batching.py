@@ -1,13 +1,16 @@
 # coding=utf-8
 """Micro-batching: concurrent requests run through the predictor as one batch."""
 
+import logging
 import queue
 import threading
 import time
 
-import tensorflow.compat.v1 as tf
-
 from bert_mgpu.serving import model_inputs
+
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x); no TensorFlow
+# import, for predict_text.py --backend=onnxruntime.
+_LOGGER = logging.getLogger("tensorflow")
 
 
 class _Request(object):
@@ -105,7 +108,7 @@ class MicroBatcher(object):
       start += request.size
       request.done.set()
     self._count(batches=1, requests=len(batch), texts=start)
-    tf.logging.info("micro-batch %d: %d request(s), %d text(s)", self.stats["batches"],
+    _LOGGER.info("micro-batch %d: %d request(s), %d text(s)", self.stats["batches"],
                     len(batch), start)
 
   def _run(self):

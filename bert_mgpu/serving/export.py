@@ -1,6 +1,7 @@
 # coding=utf-8
-"""SavedModel export: versioned export directories, the serving signature of a classifier,
-and the export of any kind of model with its model files in assets.extra/ (docs/SERVING.md).
+"""SavedModel export: the serving signature of a classifier, and the export of any kind of
+model into the next version directory, with its model files in assets.extra/
+(export_versions.py, docs/SERVING.md).
 """
 
 import collections
@@ -13,59 +14,12 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.data.output_files import atomic_write_text
-from bert_mgpu.errors import UsageError, write_error
+from bert_mgpu.errors import write_error
+from bert_mgpu.serving import export_versions
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import onnx_export
-
-# Files the model graph does not read go here; TF Serving and Triton ignore the directory.
-EXPORT_ASSETS_DIR = "assets.extra"
-
-
-# ---------------------------------------------------------------------------
-# Versioned export directories: which one to load
-# ---------------------------------------------------------------------------
-
-def _version_numbers(export_base):
-  """The numbers of the numbered directories under `export_base`, ascending (complete or not)."""
-  if not os.path.isdir(export_base):
-    return []
-  return sorted(int(name) for name in os.listdir(export_base)
-                if name.isdigit() and os.path.isdir(os.path.join(export_base, name)))
-
-
-def _is_complete_version(version_dir):
-  """A version directory holds a SavedModel, an ONNX model (--export_format=onnx), or both."""
-  return any(os.path.isfile(os.path.join(version_dir, name))
-             for name in ("saved_model.pb", onnx_export.ONNX_FILE))
-
-
-def has_saved_model(version_dir):
-  return os.path.isfile(os.path.join(version_dir, "saved_model.pb"))
-
-
-def newest_version_dir(export_dir):
-  """`export_dir` itself when it is a version directory, else its highest complete one.
-
-  A numbered directory without saved_model.pb or model.onnx (left by a crash) is skipped
-  with a warning.
-
-  Raises:
-    UsageError: neither.
-  """
-  if _is_complete_version(export_dir):
-    return export_dir
-  for version in reversed(_version_numbers(export_dir)):
-    version_dir = os.path.join(export_dir, str(version))
-    if _is_complete_version(version_dir):
-      return version_dir
-    tf.logging.warning("Skipping %s: it holds no saved_model.pb or %s (left by a crashed "
-                       "export?).", version_dir, onnx_export.ONNX_FILE)
-  raise UsageError("--export_dir=%s holds no export (no saved_model.pb or %s, in it or in a "
-                   "numbered version directory): export one with run_classifier_mgpu.py "
-                   "--export_dir=%s --output_dir=<trained model>." % (
-                       export_dir, onnx_export.ONNX_FILE, export_dir))
-
+from bert_mgpu.serving import serving_graph
 
 def format_description(export_format):
   """What an export of onnx_export.ExportFormat writes, for the log."""
@@ -90,7 +44,7 @@ def checkpoint_of_export(version_dir):
 
 def _signature_outputs(model_fn, inputs, bert_config, files):
   """Builds the serving graph on `inputs`; returns the signature's output tensors."""
-  features = model_inputs.checked_features(inputs, bert_config)
+  features = serving_graph.checked_features(inputs, bert_config)
   probabilities = model_fn(features, False)["probabilities"]  # [batch, num_labels]
   labels = files.labels
   if files.thresholds is not None:
@@ -184,7 +138,7 @@ def _claim_version_dir(export_base, temp_dir):
   The number follows every numbered directory, complete or not, so that a number TF Serving
   may have seen is never reused.
   """
-  version = (_version_numbers(export_base) or [0])[-1] + 1
+  version = (export_versions.version_numbers(export_base) or [0])[-1] + 1
   while True:
     target = os.path.join(export_base, str(version))
     try:
@@ -255,9 +209,9 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
   """
   graph = tf.Graph()
   with graph.as_default():
-    inputs = model_inputs.serving_inputs(windowed=model_inputs.is_windowed(files.settings))
+    inputs = serving_graph.serving_inputs(windowed=model_inputs.is_windowed(files.settings))
     outputs = build_outputs(inputs)
-    model_files.check_checkpoint_variables(checkpoint, files.labels_file,
+    serving_graph.check_checkpoint_variables(checkpoint, files.labels_file,
                                            files.settings["model"])
   try:
     os.makedirs(export_base, exist_ok=True)
@@ -276,7 +230,7 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
         onnx_export.write_onnx(sess, inputs, {name: outputs[name] for name in
                                               onnx_outputs}, temp_dir,
                                export_format.onnx_int8)
-    assets = os.path.join(temp_dir, EXPORT_ASSETS_DIR)
+    assets = export_versions.assets_dir(temp_dir)
     os.mkdir(assets)
     for name, text in (extra_assets or {}).items():
       atomic_write_text(os.path.join(assets, name), text)

@@ -11,18 +11,21 @@ micro-batched, a drain on SIGTERM.
 
 import http.server
 import json
+import logging
 import os
 import sys
 import threading
 import time
 
-import tensorflow.compat.v1 as tf
-
 from bert_mgpu.errors import UsageError, signal_name
 from bert_mgpu.serving import batching
+from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import predictor as serving_predictor
 from bert_mgpu import signals
+
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x); no TensorFlow
+# import, for predict_text.py --backend=onnxruntime.
+_LOGGER = logging.getLogger("tensorflow")
 
 # Largest POST body accepted, in bytes.
 MAX_REQUEST_BYTES = 16 << 20
@@ -139,7 +142,7 @@ class ServingState(object):
     Raises:
       BadRequest: a text has no tokens (a classifier), or "texts_b" sent to an NER model.
     """
-    if serving_predictor.is_ner(self.predictor):
+    if model_files.is_ner(self.predictor):
       return self._predict_entities(texts, texts_b)
     probabilities, truncated = [], 0
     for start in range(0, len(texts), self.chunk_size):
@@ -205,7 +208,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     except (BrokenPipeError, ConnectionResetError) as e:
       # The client went away (its own timeout, Ctrl-C): nothing failed here.
       self.close_connection = True
-      tf.logging.debug("%s left before the %d reply (%s)", self.address_string(), code, e)
+      _LOGGER.debug("%s left before the %d reply (%s)", self.address_string(), code, e)
 
   def do_GET(self):  # pylint: disable=invalid-name
     if self.path == "/healthz":
@@ -269,7 +272,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._reply(400, {"error": str(e)})
         return
       except Exception as e:  # pylint: disable=broad-except
-        tf.logging.error("POST /predict failed: %s", e)
+        _LOGGER.error("POST /predict failed: %s", e)
         self._reply(500, {"error": "prediction failed: %s" % e})
         return
       self._reply(200, reply)
@@ -277,7 +280,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self.state.end()
 
   def log_message(self, format_string, *args):  # pylint: disable=arguments-differ
-    tf.logging.debug("%s %s", self.address_string(), format_string % args)
+    _LOGGER.debug("%s %s", self.address_string(), format_string % args)
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -317,7 +320,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
   def handle_error(self, request, client_address):
     if isinstance(sys.exc_info()[1], ConnectionError):
-      tf.logging.debug("%s: connection lost (%s)", client_address[0], sys.exc_info()[1])
+      _LOGGER.debug("%s: connection lost (%s)", client_address[0], sys.exc_info()[1])
     else:
       http.server.ThreadingHTTPServer.handle_error(self, request, client_address)
 
@@ -345,7 +348,7 @@ class _DrainOnSignals(signals.SignalCatcher):
     self._stop = stop
 
   def on_first_signal(self, signum):
-    tf.logging.info("Received %s: draining the requests in flight, then exiting (again to "
+    _LOGGER.info("Received %s: draining the requests in flight, then exiting (again to "
                     "exit at once).", signal_name(signum))
     self._stop.set()
 
@@ -393,7 +396,7 @@ def serve(host, port, load_predictor, batch_window_seconds, max_batch, max_reque
       predictor = load_predictor()
       batcher = batching.MicroBatcher(predictor.predict, batch_window_seconds, max_batch)
       state.ready(predictor, batcher)
-      tf.logging.info("Ready: the model answers on http://%s:%d", host, port)
+      _LOGGER.info("Ready: the model answers on http://%s:%d", host, port)
       while not stop.wait(0.2):
         pass
     finally:
@@ -408,12 +411,12 @@ def _shut_down(server, state, predictor, batcher, drain_seconds):
   server.shutdown()
   server.server_close()
   if unanswered:
-    tf.logging.warning("Gave up after --drain_seconds=%d with %d request(s) unanswered.",
+    _LOGGER.warning("Gave up after --drain_seconds=%d with %d request(s) unanswered.",
                        drain_seconds, unanswered)
   if batcher is not None:
     if not batcher.stop(max(0.0, deadline - time.time())):
       return  # the batcher thread still runs the model: the session ends with the process
-    tf.logging.info("Stopped after %d request(s) (%d text(s)) in %d batch(es).",
+    _LOGGER.info("Stopped after %d request(s) (%d text(s)) in %d batch(es).",
                     state.requests, batcher.stats["texts"], batcher.stats["batches"])
     model_inputs.log_truncated(state.truncated, batcher.stats["texts"],
                                predictor.max_seq_length)

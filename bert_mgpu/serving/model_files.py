@@ -13,14 +13,16 @@ A trained classifier or NER model is complete when its directory holds, beside t
 run_classifier_mgpu.py and run_ner_mgpu.py --do_train write them into output_dir; an export
 carries them in its assets.extra/ directory (export.py, docs/SERVING.md), so either is enough
 to serve.
+
+No TensorFlow import: predict_text.py --backend=onnxruntime reads these files without it.
 """
 
 import collections
 import json
+import logging
 import os
 
 import numpy as np
-import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import multi_label
@@ -28,7 +30,9 @@ from bert_mgpu.data import label_files
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import tag_labels
-from bert_mgpu.training import checkpoints
+
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
+_LOGGER = logging.getLogger("tensorflow")
 
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "bert_config.json"
@@ -40,6 +44,8 @@ ASSET_FILES = (VOCAB_FILE, CONFIG_FILE, LABELS_FILE, SETTINGS_FILE)
 # token classifier (named-entity recognition, bert_mgpu/ner/serving.py).
 CLASSIFIER_KIND = "classifier"
 NER_KIND = "ner"
+# predict_text.py takes either kind.
+ANY_KIND = (CLASSIFIER_KIND, NER_KIND)
 
 # Per kind: what a message calls it, the script that trains and exports it, the settings it
 # needs beside "model", "do_lower_case" and "max_seq_length", and its label-file reader.
@@ -181,7 +187,7 @@ def _thresholds(directory, settings, labels):
     return None
   thresholds = multi_label.read_thresholds(directory, labels)
   if thresholds is None:
-    tf.logging.warning("%s has no %s: predicting every label with probability >= %s.",
+    _LOGGER.warning("%s has no %s: predicting every label with probability >= %s.",
                        directory, multi_label.THRESHOLDS_FILE, multi_label.DEFAULT_THRESHOLD)
     thresholds = np.full([len(labels)], multi_label.DEFAULT_THRESHOLD)
   return thresholds
@@ -216,7 +222,7 @@ def classifier_files_to_export(output_dir, vocab_file, bert_config_file, setting
     return find_model_files(
         output_dir, "train with --do_train, or pass the --vocab_file, --bert_config_file, "
         "--do_lower_case and --max_seq_length it was trained with.")
-  tf.logging.warning("%s lacks the model files: exporting with --vocab_file, "
+  _LOGGER.warning("%s lacks the model files: exporting with --vocab_file, "
                      "--bert_config_file, --do_lower_case and --max_seq_length.", output_dir)
   return model_files(vocab_file, bert_config_file, os.path.join(output_dir, LABELS_FILE),
                      settings)
@@ -227,30 +233,26 @@ def has_model_files(directory):
 
 
 # ---------------------------------------------------------------------------
-# Checkpoints: which weights, and do they belong to this model?
+# What a model predicts
 # ---------------------------------------------------------------------------
 
-def check_checkpoint_variables(checkpoint, labels_file, kind=CLASSIFIER_KIND):
-  """Raises UsageError unless `checkpoint` holds every variable of the graph being built.
+def is_ner(model_or_predictor):
+  """Whether a loaded model (anything with .files) or a predictor is an NER model's."""
+  files = getattr(model_or_predictor, "files", None)
+  if files is not None:
+    return files.settings["model"] == NER_KIND
+  return getattr(model_or_predictor, "kind", None) == NER_KIND
 
-  Call it inside the graph, after the model is built. A SQuAD or pretraining checkpoint
-  lacks the classifier (or NER) head; one trained with another label list has another head
-  shape; an NER model trained without --use_crf lacks the CRF's transitions.
+
+def predicted_labels(files, probabilities):
+  """Per row of a classifier's probabilities [n, labels]: the most probable label, or, for a
+  multi-label classifier, the list of labels that reach their thresholds.
+
+  Args:
+    files: the classifier's ModelFiles.
+    probabilities: float [n, len(files.labels)], columns in label-list order.
   """
-  variables = tf.global_variables()
-  missing = checkpoints.missing_variables(checkpoint, variables)
-  if missing:
-    name, script = KINDS[kind][:2]
-    raise checkpoints.lacking_variables_error(
-        checkpoint, missing, "the %s's" % name.split(" ", 1)[1], "it is not %s trained with "
-        "%s (a SQuAD or pretraining checkpoint, or one of another kind?). Give %s's "
-        "output_dir or export." % (name, script, name))
-  saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
-  for variable in variables:
-    shape = variable.shape.as_list()
-    if list(saved[variable.op.name]) != shape:
-      raise UsageError(
-          "%s: %s has shape %s there but %s here (from %s and bert_config.json): the "
-          "checkpoint was trained with other labels or another config. Use the labels.txt "
-          "and config it was trained with." %
-          (checkpoint, variable.op.name, list(saved[variable.op.name]), shape, labels_file))
+  if files.thresholds is None:
+    return [files.labels[int(row.argmax())] for row in probabilities]
+  chosen = multi_label.predicted_sets(probabilities, files.thresholds)
+  return [[label for label, keep in zip(files.labels, row) if keep] for row in chosen]

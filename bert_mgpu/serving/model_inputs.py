@@ -1,17 +1,24 @@
 # coding=utf-8
-"""Model inputs: raw texts featurized exactly as training did (numpy), and the int32
-placeholders of the serving graph that take them.
+"""Model inputs: raw texts featurized exactly as training did (NumPy), and their run through a
+model in batches of similar length.
+
+No TensorFlow import: the ONNX Runtime predictor featurizes with it too; the serving graph's
+placeholders are serving_graph.py's.
 """
 
 import collections
+import logging
 
 import numpy as np
-import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import long_text
-from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
+from bert_mgpu.data import batch_shapes
+from bert_mgpu.data.batch_shapes import MODEL_INPUTS
+
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
+_LOGGER = logging.getLogger("tensorflow")
 
 
 # ---------------------------------------------------------------------------
@@ -127,33 +134,54 @@ def concatenate_features(parts):
 
 def log_truncated(count, total, max_seq_length):
   if count:
-    tf.logging.warning("%d of %d text(s) had more than max_seq_length=%d tokens and were "
+    _LOGGER.warning("%d of %d text(s) had more than max_seq_length=%d tokens and were "
                        "truncated to it.", count, total, max_seq_length)
 
 
 # ---------------------------------------------------------------------------
-# The serving graph's inputs
+# Running featurized texts in batches
 # ---------------------------------------------------------------------------
-
-def serving_inputs(names=MODEL_INPUTS, windowed=False):
-  """int32 placeholders [batch, seq] (windowed: [batch, windows, seq]), every dimension
-  dynamic."""
-  shape = [None, None, None] if windowed else [None, None]
-  return collections.OrderedDict(
-      (name, tf.placeholder(tf.int32, shape, name=name)) for name in names)
-
 
 def is_windowed(settings):
   """Whether a model reads [batch, windows, seq] inputs (a --long_text=windows classifier)."""
   return settings.get("long_text") == "windows"
 
 
-def checked_features(inputs, bert_config):
-  """The serving inputs as model features, behind a check that the sequences fit the
-  position table (a clear error rather than a gather out of range)."""
-  max_length = bert_config.max_position_embeddings
-  check = tf.assert_less_equal(
-      tf.shape(inputs["input_ids"])[-1], max_length,
-      message="sequences may have at most max_position_embeddings=%d tokens" % max_length)
-  with tf.control_dependencies([check]):
-    return {name: tf.identity(tensor) for name, tensor in inputs.items()}
+def predict_in_batches(arrays, run_batch, batch_size, max_seq_length, length_multiple=None,
+                       num_outputs=None):
+  """Runs featurized texts through a model in batches of similar length, each cut to its
+  longest text: far less padding than max_seq_length on short texts.
+
+  Args:
+    arrays: dict name -> np.int32 [n, seq] (windowed: [n, windows, seq]); the names fed.
+    run_batch: dict name -> array [batch, ...] -> np.ndarray [batch, ...] (the model).
+    batch_size: rows per run_batch call.
+    max_seq_length: the longest a batch is ever fed.
+    length_multiple: feed lengths rounded up to a multiple of this (None: max_seq_length,
+      i.e. no cut).
+    num_outputs: the width of a [n, num_outputs] result, so that n = 0 gives [0, width].
+
+  Returns:
+    The outputs of every row, in input order: [n, ...].
+  """
+  mask = arrays["input_mask"]
+  # [n] or, windowed, [n, windows]: the tokens of each text (window).
+  window_lengths = mask.sum(axis=-1)
+  lengths = window_lengths.reshape([len(mask), -1]).sum(axis=1)  # [n]
+  order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths batch together
+  result = None
+  if num_outputs is not None:
+    result = np.zeros([len(lengths), num_outputs], np.float32)
+  for start in range(0, len(order), batch_size):
+    rows = order[start:start + batch_size]
+    longest = batch_shapes.padded_length(int(window_lengths[rows].max()), length_multiple,
+                                         max_seq_length)
+    # Windowed: also cut to the batch's most windows (padded windows come last).
+    cut = ((slice(None, int((window_lengths[rows] > 0).sum(axis=1).max())),)
+           if mask.ndim == 3 else ())
+    values = run_batch({name: array[(rows,) + cut + (slice(None, longest),)]
+                        for name, array in arrays.items()})
+    if result is None:
+      result = np.zeros((len(lengths),) + values.shape[1:], values.dtype)
+    result[rows] = values
+  return result

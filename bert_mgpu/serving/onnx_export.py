@@ -21,10 +21,9 @@ import os
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.errors import UsageError
+from bert_mgpu.serving.export_versions import ONNX_FILE, ONNX_INT8_FILE
 
 EXPORT_FORMATS = ("savedmodel", "onnx", "both")
-ONNX_FILE = "model.onnx"
-ONNX_INT8_FILE = "model.int8.onnx"
 OPSET = 17
 
 ExportFormat = collections.namedtuple("ExportFormat", ["name", "onnx_int8"],

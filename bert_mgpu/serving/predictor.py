@@ -6,18 +6,16 @@ tower, texts sorted by length and batched.
 import collections
 import os
 
-import numpy as np
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import multi_label
 from bert_mgpu import command_line
-from bert_mgpu.data import tfrecord_io
-from bert_mgpu.data.tfrecord_io import MODEL_INPUTS
+from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export
+from bert_mgpu.serving import export_versions
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import onnx_export
+from bert_mgpu.serving import serving_graph
 from bert_mgpu.training import checkpoints
 import multigpu
 
@@ -67,13 +65,13 @@ def load_export(export_dir, kinds=(model_files.CLASSIFIER_KIND,)):
     UsageError: no SavedModel there, one without our assets.extra files, or one of a kind
       not in `kinds`.
   """
-  version_dir = export.newest_version_dir(export_dir)
-  if not export.has_saved_model(version_dir):
-    raise UsageError("%s holds only %s (--export_format=onnx): predict_text.py runs the "
-                     "SavedModel; export with --export_format=both." % (
-                         version_dir, onnx_export.ONNX_FILE))
+  version_dir = export_versions.newest_version_dir(export_dir)
+  if not export_versions.has_saved_model(version_dir):
+    raise UsageError("%s holds only %s (--export_format=onnx): run it with predict_text.py "
+                     "--backend=onnxruntime, or export with --export_format=both for "
+                     "TensorFlow." % (version_dir, export_versions.ONNX_FILE))
   files = model_files.find_model_files(
-      os.path.join(version_dir, export.EXPORT_ASSETS_DIR), "export the model with %s "
+      export_versions.assets_dir(version_dir), "export the model with %s "
       "--export_dir." % " or ".join(model_files.kind_script(k) for k in kinds), kinds)
   checkpoint = export.checkpoint_of_export(version_dir)
   if not tf.gfile.Exists(checkpoint + ".index"):
@@ -115,14 +113,14 @@ class Predictor(object):
     self.length_multiple = devices.length_multiple
     graph = tf.Graph()
     with graph.as_default():
-      self._inputs = model_inputs.serving_inputs(
+      self._inputs = serving_graph.serving_inputs(
           input_names, model_inputs.is_windowed(model.files.settings))
       self._output_name = output_name
       self._output = multigpu.build_inference(
           plan, model_fn, dict(self._inputs), self.global_batch_size,
           precision=devices.precision, use_xla=devices.use_xla)[output_name]
-      model_files.check_checkpoint_variables(model.checkpoint, model.files.labels_file,
-                                             model.files.settings["model"])
+      serving_graph.check_checkpoint_variables(model.checkpoint, model.files.labels_file,
+                                               model.files.settings["model"])
       saver = tf.train.Saver(tf.global_variables())
       graph.finalize()
       self._session = tf.Session(graph=graph, config=plan.session_config())
@@ -142,44 +140,18 @@ class Predictor(object):
       np.float32 [n, num_labels], in input order, columns in label-list order (another
       output: its rows, in input order).
     """
-    mask = features.arrays["input_mask"]
-    # [n] or, windowed, [n, windows]: the tokens of each text (window).
-    window_lengths = mask.sum(axis=-1)
-    lengths = window_lengths.reshape([len(mask), -1]).sum(axis=1)  # [n]
-    order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths batch together
-    result = None
-    if self._output_name == "probabilities":
-      result = np.zeros([len(lengths), len(self.labels)], np.float32)
-    for start in range(0, len(order), self.global_batch_size):
-      rows = order[start:start + self.global_batch_size]
-      longest = tfrecord_io.padded_length(int(window_lengths[rows].max()),
-                                          self.length_multiple, self.max_seq_length)
-      # Windowed: also cut to the batch's most windows (padded windows come last).
-      cut = ((slice(None, int((window_lengths[rows] > 0).sum(axis=1).max())),)
-             if mask.ndim == 3 else ())
-      feed = {placeholder: features.arrays[name][(rows,) + cut + (slice(None, longest),)]
-              for name, placeholder in self._inputs.items()}
-      values = self._session.run(self._output, feed)
-      if result is None:
-        result = np.zeros((len(lengths),) + values.shape[1:], values.dtype)
-      result[rows] = values
-    return result
+    def run_batch(arrays):
+      return self._session.run(self._output, {self._inputs[name]: arrays[name]
+                                              for name in self._inputs})
+    return model_inputs.predict_in_batches(
+        {name: features.arrays[name] for name in self._inputs}, run_batch,
+        self.global_batch_size, self.max_seq_length, self.length_multiple,
+        len(self.labels) if self._output_name == "probabilities" else None)
 
   def predicted_labels(self, probabilities):
     """Per row of predict()'s probabilities: the most probable label, or, for a multi-label
     classifier, the list of labels that reach their thresholds."""
-    thresholds = self.model.files.thresholds
-    if thresholds is None:
-      return [self.labels[int(row.argmax())] for row in probabilities]
-    chosen = multi_label.predicted_sets(probabilities, thresholds)
-    return [[label for label, keep in zip(self.labels, row) if keep] for row in chosen]
+    return model_files.predicted_labels(self.model.files, probabilities)
 
   def close(self):
     self._session.close()
-
-
-def is_ner(model_or_predictor):
-  """Whether a LoadedModel or a predictor is an NER model's."""
-  if isinstance(model_or_predictor, LoadedModel):
-    return model_or_predictor.files.settings["model"] == model_files.NER_KIND
-  return getattr(model_or_predictor, "kind", None) == model_files.NER_KIND

@@ -23,6 +23,7 @@ from bert_mgpu.classifier import file_readers  # pylint: disable=g-import-not-at
 from bert_mgpu.classifier import glue_processors  # pylint: disable=g-import-not-at-top
 from bert_mgpu.classifier import input_examples  # pylint: disable=g-import-not-at-top
 from bert_mgpu.classifier import metrics as classifier_metrics  # pylint: disable=g-import-not-at-top
+from bert_mgpu.classifier import records as classifier_records  # pylint: disable=g-import-not-at-top
 from bert_mgpu.classifier import task_registry  # pylint: disable=g-import-not-at-top
 from bert_mgpu.data import label_files  # pylint: disable=g-import-not-at-top
 from bert_mgpu.errors import UsageError  # pylint: disable=g-import-not-at-top
@@ -551,7 +552,8 @@ def parse_records(path, max_seq_length):
   """Parses every record of `path` with input_feature_spec, in a graph."""
   with tf.Graph().as_default():
     serialized = tf.placeholder(tf.string, [])
-    parsed = tf.parse_single_example(serialized, featurizing.input_feature_spec(max_seq_length))
+    parsed = tf.parse_single_example(serialized,
+                                     classifier_records.input_feature_spec(max_seq_length))
     with tf.Session() as sess:
       return [sess.run(parsed, {serialized: record}) for record in read_records(path)]
 

@@ -1,6 +1,6 @@
 # coding=utf-8
-"""Tests of long_text.py (head-and-tail truncation, a document's windows, the pooling of
-the windows' vectors) and of tfrecord_io's windowed records.
+"""Tests of long_text.py (head-and-tail truncation, a document's windows), of
+window_pooling.py (the pooling of the windows' vectors) and of tfrecord_io's windowed records.
 
 Expected windows are written out by hand or follow from the rule stated in the docstring
 (token k of a text is named "t<k>", so every window says where it starts); expected
@@ -14,6 +14,7 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import long_text
+from bert_mgpu.classifier import window_pooling
 from bert_mgpu.data import tfrecord_io
 import multigpu
 import tokenization
@@ -232,7 +233,7 @@ def test_pool_windows_ignores_padded_windows(mode, dtype):
   values = pooled_vectors()
   with tf.Graph().as_default(), tf.Session() as sess:
     inputs = tf.cast(tf.constant(values), dtype)
-    pooled = long_text.pool_windows(inputs, tf.constant(WINDOW_MASK), mode)
+    pooled = window_pooling.pool_windows(inputs, tf.constant(WINDOW_MASK), mode)
     assert pooled.dtype == dtype and pooled.shape.as_list() == [4, 5]
     rounded, result = sess.run([tf.cast(inputs, tf.float32), tf.cast(pooled, tf.float32)])
   expected = numpy_pool(rounded, WINDOW_MASK, mode)
@@ -245,11 +246,11 @@ def test_pool_windows_ignores_padded_windows(mode, dtype):
 def test_pool_windows_takes_a_bool_mask_and_refuses_unknown_modes():
   values = pooled_vectors()
   with tf.Graph().as_default(), tf.Session() as sess:
-    pooled = long_text.pool_windows(tf.constant(values), tf.constant(WINDOW_MASK > 0), "mean")
+    pooled = window_pooling.pool_windows(tf.constant(values), tf.constant(WINDOW_MASK > 0), "mean")
     np.testing.assert_allclose(sess.run(pooled), numpy_pool(values, WINDOW_MASK, "mean"),
                                rtol=1e-6)
     with pytest.raises(ValueError):
-      long_text.pool_windows(tf.constant(values), tf.constant(WINDOW_MASK), "sum")
+      window_pooling.pool_windows(tf.constant(values), tf.constant(WINDOW_MASK), "sum")
 
 
 # ---------------------------------------------------------------------------

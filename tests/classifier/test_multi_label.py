@@ -29,11 +29,11 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import class_labels
 from bert_mgpu.classifier import feature_cache
-from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import featurizing_pool
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.classifier import predictions
+from bert_mgpu.classifier import records as classifier_records
 from bert_mgpu.classifier import task_registry
 from bert_mgpu.training import checkpoints
 import cli
@@ -202,7 +202,7 @@ def parse_records(path, max_seq_length, num_labels):
   with tf.Graph().as_default():
     serialized = tf.placeholder(tf.string, [])
     parsed = tf.parse_single_example(
-        serialized, featurizing.input_feature_spec(max_seq_length, num_labels))
+        serialized, classifier_records.input_feature_spec(max_seq_length, num_labels))
     with tf.Session() as sess:
       return [sess.run(parsed, {serialized: record})
               for record in tf.io.tf_record_iterator(path)]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import featurizing
+from bert_mgpu.classifier import records as classifier_records
 import cli
 from bert_mgpu.data import length_grouping
 from bert_mgpu.data import tfrecord_io
@@ -112,12 +112,12 @@ def test_lengths_and_label_ids_are_read_back_from_feature_files(tmp_path):
   mask = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
   path = str(tmp_path / "single.tf_record")
   write_records(path, {"input_mask": mask, "label_ids": np.array([2, 0, 1])})
-  lengths, label_ids = featurizing.read_lengths_and_label_ids(path)
+  lengths, label_ids = classifier_records.read_lengths_and_label_ids(path)
   np.testing.assert_array_equal(lengths, [2, 4, 1])
   np.testing.assert_array_equal(label_ids, [[2], [0], [1]])
   multi_hot = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0]])
   write_records(path, {"input_mask": mask, "label_ids": multi_hot})
-  np.testing.assert_array_equal(featurizing.read_lengths_and_label_ids(path)[1],
+  np.testing.assert_array_equal(classifier_records.read_lengths_and_label_ids(path)[1],
                                 multi_hot)
 
 

@@ -235,7 +235,7 @@ def test_no_test_file_imports_another():
 RUN_SCRIPTS = tuple(name for name in COMMANDS if name.startswith("run_"))
 # Where flag values may be read: the commands and the one command-line module.
 FLAG_READERS = tuple(name + ".py" for name in COMMANDS) + (
-    os.path.join(PACKAGE, "command_line.py"),)
+    os.path.join(PACKAGE, "command_line.py"), os.path.join(PACKAGE, "command_line_base.py"))
 
 
 def imported_modules(tree):

@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 import cli
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export
+from bert_mgpu.serving import export_versions
 from bert_mgpu.serving import model_inputs
 import tokenization
 import trained_classifier
@@ -207,11 +208,11 @@ def test_the_newest_version_skips_numbered_directories_without_a_saved_model(tmp
   make_version(export_dir, "2")
   os.makedirs(os.path.join(export_dir, "3"))
   os.makedirs(os.path.join(export_dir, "10", "variables"))
-  assert export.newest_version_dir(export_dir) == os.path.join(export_dir, "2")
+  assert export_versions.newest_version_dir(export_dir) == os.path.join(export_dir, "2")
   empty = str(tmp_path / "empty")
   os.makedirs(os.path.join(empty, "1"))
   with pytest.raises(UsageError, match="holds no export"):
-    export.newest_version_dir(empty)
+    export_versions.newest_version_dir(empty)
 
 
 def saved_model_cli_command():

@@ -21,8 +21,8 @@ import tensorflow.compat.v1 as tf
 import cli
 import conversion_models
 from bert_mgpu.ner import crf_numpy
-from bert_mgpu.ner import serving as ner_serving
-from bert_mgpu.serving import export
+from bert_mgpu.ner import text_predictor
+from bert_mgpu.serving import export_versions
 
 TF1 = tf.__version__.startswith("1.")
 if not TF1:
@@ -201,7 +201,7 @@ def run_onnx(path, input_sets):
 
 
 def assets_file(exported, name):
-  return os.path.join(exported.version_dir, export.EXPORT_ASSETS_DIR, name)
+  return os.path.join(exported.version_dir, export_versions.EXPORT_ASSETS_DIR, name)
 
 
 def read_json(path):
@@ -218,7 +218,7 @@ def crf_tag_ids(probabilities, inputs, transitions):
   """The NumPy CRF decoding of an ONNX output: Viterbi over each row's first pieces, moved
   to the front, the tags put back at their pieces (0 elsewhere), as the graph does."""
   tokens = conversion_models.demo_vocab_tokens()
-  table = ner_serving.first_piece_table({token: i for i, token in enumerate(tokens)},
+  table = text_predictor.first_piece_table({token: i for i, token in enumerate(tokens)},
                                         len(tokens))
   first_pieces = table[inputs["input_ids"]] * inputs["input_mask"]
   tags = np.zeros(inputs["input_ids"].shape, np.int32)
@@ -357,7 +357,7 @@ def test_the_export_holds_both_formats_and_the_model_files(exports, kind):
     expected.append("thresholds.json")
   if kind == "ner_crf":
     expected.append(crf_numpy.CRF_TRANSITIONS_FILE)
-  assets = os.path.join(exported.version_dir, export.EXPORT_ASSETS_DIR)
+  assets = os.path.join(exported.version_dir, export_versions.EXPORT_ASSETS_DIR)
   assert sorted(os.listdir(assets)) == sorted(expected)
   assert sorted(os.listdir(exported.version_dir)) == [
       "assets.extra", "model.int8.onnx", "model.onnx", "saved_model.pb", "variables"]
@@ -399,7 +399,7 @@ def test_an_onnx_only_export_is_a_version_the_tensorflow_predictor_refuses(workd
   assert sorted(os.listdir(version_dir)) == ["assets.extra", "model.onnx"]
   assert sorted(os.listdir(os.path.join(version_dir, "assets.extra"))) == [
       "bert_config.json", "labels.txt", "model_settings.json", "vocab.txt"]
-  assert export.newest_version_dir(export_base) == version_dir
+  assert export_versions.newest_version_dir(export_base) == version_dir
   assert interface(os.path.join(version_dir, "model.onnx")) == expected_interface(
       "classifier")
 

@@ -13,6 +13,7 @@ import tensorflow.compat.v1 as tf
 from absl import flags as absl_flags
 
 from bert_mgpu import command_line
+from bert_mgpu import command_line_base
 from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu import errors
@@ -243,13 +244,13 @@ def strict_flag_values():
 ])
 def test_command_line_is_parsed_strictly(argv, message):
   with pytest.raises(errors.UsageError, match=message):
-    command_line.check_command_line(["script.py"] + argv, strict_flag_values())
+    command_line_base.check_command_line(["script.py"] + argv, strict_flag_values())
 
 
 def test_undefok_lets_a_command_line_keep_an_unknown_flag():
   flag_values = strict_flag_values()
-  command_line.check_command_line(["script.py", "--n_gpu=2", "--undefok=n_gpu", "--nodo_train"],
-                                  flag_values)
+  command_line_base.check_command_line(
+      ["script.py", "--n_gpu=2", "--undefok=n_gpu", "--nodo_train"], flag_values)
   assert flag_values.n_gpus == 1 and not flag_values.do_train
 
 

@@ -1,0 +1,98 @@
+# coding=utf-8
+"""Parts of the ONNX Runtime predictor that need no model: the CPUs it takes, the CRF
+decoding of a batch, the batching it shares with the TensorFlow predictor."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cli import REPO_DIR, assert_one_line_error
+from bert_mgpu import command_line_base
+from bert_mgpu.ner import crf_numpy
+from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import onnx_predictor
+
+
+def write(directory, name, text):
+  path = os.path.join(str(directory), name)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(text)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"cpu.max": "200000 100000\n"}, 2),
+    ({"cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: 2 threads
+    ({"cpu.max": "50000 100000\n"}, 1),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({}, None),
+])
+def test_the_cgroup_cpu_quota_is_read_from_v2_and_v1(tmp_path, files, expected):
+  for name, text in files.items():
+    write(tmp_path, name, text)
+  assert onnx_predictor.cgroup_cpu_limit(str(tmp_path)) == expected
+
+
+def test_usable_cpus_are_the_affinity_mask():
+  assert 1 <= onnx_predictor.usable_cpus() <= len(os.sched_getaffinity(0))
+
+
+def test_crf_tag_ids_decode_each_rows_first_pieces_only():
+  rng = np.random.RandomState(0)
+  logits = rng.randn(2, 6, 3).astype(np.float32)
+  probabilities = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+  transitions = rng.randn(3, 3).astype(np.float32) * 3
+  tag_mask = np.array([[0, 1, 1, 0, 1, 0], [0, 1, 0, 0, 0, 0]])
+  tags = onnx_predictor.crf_tag_ids(probabilities, tag_mask, transitions)
+  assert tags.dtype == np.int32 and tags.shape == (2, 6)
+  np.testing.assert_array_equal(tags[tag_mask == 0], 0)
+  np.testing.assert_array_equal(
+      tags[0, [1, 2, 4]], crf_numpy.viterbi_decode(logits[0, [1, 2, 4]], transitions))
+  assert tags[1, 1] == logits[1, 1].argmax()
+
+
+def test_predict_in_batches_cuts_each_batch_to_its_longest_text_and_keeps_the_order():
+  lengths = [3, 7, 2, 5, 4]
+  mask = np.array([[1] * n + [0] * (8 - n) for n in lengths], np.int32)
+  arrays = {"input_ids": mask * np.arange(1, 6)[:, None], "input_mask": mask}
+  fed = []
+
+  def run_batch(batch):
+    fed.append(batch["input_ids"].shape)
+    return batch["input_ids"].sum(axis=1, keepdims=True).astype(np.float32)
+
+  result = model_inputs.predict_in_batches(arrays, run_batch, 2, 8, length_multiple=1,
+                                           num_outputs=1)
+  assert fed == [(2, 7), (2, 4), (1, 2)]  # longest first, each cut to its own longest
+  np.testing.assert_array_equal(result[:, 0], [n * (i + 1) for i, n in enumerate(lengths)])
+  fed.clear()
+  model_inputs.predict_in_batches(arrays, run_batch, 2, 8, length_multiple=None)
+  assert fed == [(2, 8), (2, 8), (1, 8)]
+
+
+def test_the_precision_flag_takes_the_precisions_of_mixed_precision():
+  tf = pytest.importorskip("tensorflow")
+  del tf
+  from bert_mgpu.training import mixed_precision  # pylint: disable=import-outside-toplevel
+  assert tuple(mixed_precision.PRECISIONS) == command_line_base.PRECISIONS
+
+
+def test_the_tensorflow_backend_without_tensorflow_is_one_line(tmp_path):
+  texts = tmp_path / "texts.txt"
+  texts.write_text("一段文字\n", encoding="utf-8")
+  output = tmp_path / "out.tsv"
+  program = ("import runpy, sys\nsys.modules['tensorflow'] = None\n"
+             "sys.argv = ['predict_text.py'] + sys.argv[1:]\n"
+             "runpy.run_path('predict_text.py', run_name='__main__')\n")
+  result = subprocess.run(
+      [sys.executable, "-c", program, "--export_dir=" + str(tmp_path),
+       "--input_file=" + str(texts), "--output_file=" + str(output)],
+      cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
+      timeout=120)
+  assert_one_line_error(result, "needs TensorFlow", "--backend=onnxruntime")
+  assert not output.exists()
