@@ -29,10 +29,14 @@ and a config of --hidden_size x --num_layers). What is measured (--measure, both
 
 Every model is made in --work_dir unless its export is already there (a second run only
 measures). One JSON line per measurement goes to stdout (the first names the CPU, its int8
-instructions and the threads), then a table of the medians over the rounds and the ratios
-ONNX / TF; progress goes to stderr. Every process started is bounded in time.
+instructions and the threads; each timing has the 1-minute load average, which this run's
+own threads raise by about the CPUs it uses), then a table of the medians over the rounds
+and the ratios ONNX / TF; progress goes to stderr. Every process started is bounded in time.
+ONNX Runtime's threads suffer more than TensorFlow's from another process on the same
+CPUs: time on an idle machine.
 
-The figures of docs/PERFORMANCE.md (#33) come from:
+The whole run, from the CSV (about 15 minutes on 2 cores: making the models about 7, the
+timing about 8; a second run only measures):
 
   git --git-dir=<a clone of SophonPlus/ChineseNlpCorpus>/.git \\
       show HEAD:datasets/waimai_10k/waimai_10k.csv > /work/bench33/waimai_10k.csv
@@ -502,7 +506,8 @@ def comma_list(allowed):
 
 def parse_args():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--csv", help="waimai_10k.csv (needed until --work_dir/data exists)")
+  parser.add_argument("--csv", help="waimai_10k.csv (needed until --work_dir/data exists; "
+                      "see above)")
   parser.add_argument("--work_dir", default="/tmp/bench_backends",
                       help="the data, models and logs (kept: a second run only measures)")
   parser.add_argument("--measure", type=comma_list(MEASURES), default=list(MEASURES))
@@ -537,7 +542,8 @@ def main():
       exports[name] = make_speed_model(args, data_dir, name)
   if "accuracy" in args.measure:
     exports["accuracy"] = make_accuracy_model(args, data_dir)
-  emit(dict(cpu_record(), backends=args.backends, rounds=args.rounds))
+  first = cpu_record()
+  emit(dict(first, backends=args.backends, rounds=args.rounds))
   tables = []
   if "speed" in args.measure:
     texts = read_split(data_dir, "test")[1]
@@ -555,10 +561,12 @@ def main():
     tables.append(format_table([r for r in records if r["measurement"] == "agreement"],
                                AGREEMENT_COLUMNS))
   machine = cpu_record()
-  sys.stdout.write("\nCPU: %s (family/model %s), %d usable CPUs, %s; load %s\n\n%s\n" % (
-      machine["cpu"], machine["cpu_family_model"], machine["cpus_usable"], ", ".join(
-          flag for flag, present in machine["cpu_flags"].items() if present),
-      machine["load_average"], "\n\n".join(tables)))
+  sys.stdout.write("\nCPU: %s (family/model %s), %d usable CPUs, %s; 1-minute load %.2f "
+                   "before the timing, %.2f after\n\n%s\n" % (
+                       machine["cpu"], machine["cpu_family_model"], machine["cpus_usable"],
+                       ", ".join(flag for flag, present in machine["cpu_flags"].items()
+                                 if present), first["load_average"][0],
+                       machine["load_average"][0], "\n\n".join(tables)))
   log("done in %.0f s" % (time.time() - start))
 
 

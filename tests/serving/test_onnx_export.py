@@ -572,3 +572,31 @@ def test_a_failed_conversion_is_one_line_and_leaves_no_version(plain_models, wor
   assert "tf2onnx's conversion" in str(info.value) and "Unsupported ops: Foo" in str(info.value)
   assert "\n" not in str(info.value)
   assert os.listdir(export_base) == []
+
+
+@needs_tf2
+def test_tf2onnx_collects_garbage_before_each_graph_copy():
+  """tf2onnx's optimizer copies the whole graph before each pass; without a collection first
+  the copies piled up (a BERT-base export passed 24 GB). The bound is on only inside write_onnx's
+  conversion."""
+  import copy  # pylint: disable=import-outside-toplevel
+  import gc  # pylint: disable=import-outside-toplevel
+  import tf2onnx.optimizer  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import onnx_export  # pylint: disable=import-outside-toplevel
+  full_collections = []
+
+  def count(phase, info):
+    if phase == "start" and info["generation"] == 2:
+      full_collections.append(1)
+
+  value = {"graph": [1, [2, 3]]}
+  gc.callbacks.append(count)
+  try:
+    with onnx_export.collecting_before_each_graph_copy(tf2onnx.optimizer):
+      copied = tf2onnx.optimizer.copy.deepcopy(value)
+      assert full_collections
+      assert copied == value and copied["graph"] is not value["graph"]
+      assert tf2onnx.optimizer.copy.copy is copy.copy  # the rest of the module is copy's
+  finally:
+    gc.callbacks.remove(count)
+  assert tf2onnx.optimizer.copy is copy
