@@ -78,9 +78,10 @@ def define_flags():
                     "tensorflow (the export's SavedModel weights, or --output_dir's "
                     "checkpoint, on every tower) or onnxruntime (the export's model.onnx on "
                     "the CPU, without TensorFlow).")
-  flags.DEFINE_string("onnx_file", None, "With --backend=onnxruntime: the ONNX model to run, a "
-                      "name in the export's version directory (default model.onnx; "
-                      "model.int8.onnx: --onnx_int8's) or a path.")
+  flags.DEFINE_string("onnx_file", None, "With --backend=onnxruntime: the ONNX model to run: a "
+                      "file name, looked up in the export's version directory (default "
+                      "model.onnx; model.int8.onnx: --onnx_int8's), or a path (with a "
+                      "directory in it).")
   flags.DEFINE_integer("onnx_threads", 0, "With --backend=onnxruntime: ONNX Runtime's threads "
                        "(0: one per CPU this process may use).")
   flags.DEFINE_integer("serve", None, "Answer HTTP on this port instead of reading texts "
@@ -99,7 +100,7 @@ def define_flags():
 def check_flags():
   """Raises UsageError for flags that cannot work together."""
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
-    raise UsageError("give exactly one of --export_dir (a SavedModel export) and --output_dir "
+    raise UsageError("give exactly one of --export_dir (an export) and --output_dir "
                      "(a trained run_classifier_mgpu.py or run_ner_mgpu.py output_dir).")
   command_line_base.check_positive(("max_batch", "max_request_texts"))
   check_backend_flags()

@@ -1,10 +1,11 @@
 # coding=utf-8
-"""The command line every run script shares: flags, their checks, and main(). The one module
-of the package that reads flags (`FLAGS`); everything else takes the settings built here.
+"""The command line every run script shares: flags, their checks, and main(). With
+command_line_base.py, the only modules of the package that read flags (`FLAGS`); everything
+else takes the settings built here.
 
 - define_shared_flags(): Google's flags a script picks (with Google's names and defaults),
-  the device flags (define_device_flags(), also for predict_text.py and
-  extract_features.py) and the runner's own.
+  the device flags (define_device_flags(), also for fill_mask.py and extract_features.py;
+  predict_text.py takes command_line_base's) and the runner's own.
 - job_settings(), device_settings(), run_cluster(): the run_settings objects of the flags.
 - check_run_flags(), check_actions(), export_only(), refuse_unread_flags(),
   check_positive(), output_directory(): the checks that need no file but the init

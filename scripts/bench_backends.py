@@ -75,7 +75,7 @@ from bert_mgpu.training import run_settings
 
 BERT_BASE_DIR = "/work/shared/chinese_bert"
 BACKENDS = ("tensorflow", "onnx_fp32", "onnx_int8")
-# The ONNX file of each ONNX Runtime backend (onnx_export.ONNX_FILE / ONNX_INT8_FILE).
+# The ONNX file of each ONNX Runtime backend (export_versions.ONNX_FILE / ONNX_INT8_FILE).
 ONNX_FILES = {"onnx_fp32": "model.onnx", "onnx_int8": "model.int8.onnx"}
 MEASURES = ("speed", "accuracy")
 SPEED_MODELS = ("base", "small")

@@ -109,7 +109,7 @@ class MicroBatcher(object):
       request.done.set()
     self._count(batches=1, requests=len(batch), texts=start)
     _LOGGER.info("micro-batch %d: %d request(s), %d text(s)", self.stats["batches"],
-                    len(batch), start)
+                 len(batch), start)
 
   def _run(self):
     carried, stopping = None, False

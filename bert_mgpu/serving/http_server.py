@@ -349,7 +349,7 @@ class _DrainOnSignals(signals.SignalCatcher):
 
   def on_first_signal(self, signum):
     _LOGGER.info("Received %s: draining the requests in flight, then exiting (again to "
-                    "exit at once).", signal_name(signum))
+                 "exit at once).", signal_name(signum))
     self._stop.set()
 
   def on_later_signal(self, signum):
@@ -412,12 +412,12 @@ def _shut_down(server, state, predictor, batcher, drain_seconds):
   server.server_close()
   if unanswered:
     _LOGGER.warning("Gave up after --drain_seconds=%d with %d request(s) unanswered.",
-                       drain_seconds, unanswered)
+                    drain_seconds, unanswered)
   if batcher is not None:
     if not batcher.stop(max(0.0, deadline - time.time())):
       return  # the batcher thread still runs the model: the session ends with the process
     _LOGGER.info("Stopped after %d request(s) (%d text(s)) in %d batch(es).",
-                    state.requests, batcher.stats["texts"], batcher.stats["batches"])
+                 state.requests, batcher.stats["texts"], batcher.stats["batches"])
     model_inputs.log_truncated(state.truncated, batcher.stats["texts"],
                                predictor.max_seq_length)
   if predictor is not None:

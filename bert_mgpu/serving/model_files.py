@@ -188,7 +188,7 @@ def _thresholds(directory, settings, labels):
   thresholds = multi_label.read_thresholds(directory, labels)
   if thresholds is None:
     _LOGGER.warning("%s has no %s: predicting every label with probability >= %s.",
-                       directory, multi_label.THRESHOLDS_FILE, multi_label.DEFAULT_THRESHOLD)
+                    directory, multi_label.THRESHOLDS_FILE, multi_label.DEFAULT_THRESHOLD)
     thresholds = np.full([len(labels)], multi_label.DEFAULT_THRESHOLD)
   return thresholds
 
@@ -223,7 +223,7 @@ def classifier_files_to_export(output_dir, vocab_file, bert_config_file, setting
         output_dir, "train with --do_train, or pass the --vocab_file, --bert_config_file, "
         "--do_lower_case and --max_seq_length it was trained with.")
   _LOGGER.warning("%s lacks the model files: exporting with --vocab_file, "
-                     "--bert_config_file, --do_lower_case and --max_seq_length.", output_dir)
+                  "--bert_config_file, --do_lower_case and --max_seq_length.", output_dir)
   return model_files(vocab_file, bert_config_file, os.path.join(output_dir, LABELS_FILE),
                      settings)
 

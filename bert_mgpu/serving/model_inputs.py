@@ -135,7 +135,7 @@ def concatenate_features(parts):
 def log_truncated(count, total, max_seq_length):
   if count:
     _LOGGER.warning("%d of %d text(s) had more than max_seq_length=%d tokens and were "
-                       "truncated to it.", count, total, max_seq_length)
+                    "truncated to it.", count, total, max_seq_length)
 
 
 # ---------------------------------------------------------------------------

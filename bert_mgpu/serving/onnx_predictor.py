@@ -81,8 +81,8 @@ def import_onnxruntime():
     import onnxruntime  # pylint: disable=import-outside-toplevel
   except ImportError as e:
     raise UsageError("--backend=onnxruntime needs the onnxruntime package, which does not "
-                     "import here (%s): pip install onnxruntime (the repo's [onnx] extra: "
-                     "pip install \".[onnx]\")." % " ".join(str(e).split()))
+                     "import here (%s): pip install onnxruntime (the repo's [onnx-serving] "
+                     "extra: pip install \".[onnx-serving]\")." % " ".join(str(e).split()))
   return onnxruntime
 
 
@@ -96,30 +96,38 @@ def _vocab_size(config_file):
                      (config_file, e))
 
 
+def onnx_file_path(version_dir, onnx_file=None):
+  """Where --onnx_file points: a bare file name is in the version directory (default
+  model.onnx); a value with a directory in it is a path, relative to the working directory."""
+  name = onnx_file or export_versions.ONNX_FILE
+  if os.path.dirname(name):
+    return os.path.abspath(name)
+  return os.path.join(version_dir, name)
+
+
 def load_model(export_dir, onnx_file=None):
   """The OnnxModel of an export: `export_dir` is a version directory or the base of several.
 
   Args:
     export_dir: --export_dir.
-    onnx_file: the ONNX file to run: a name in the version directory (default model.onnx,
-      e.g. model.int8.onnx) or a path.
+    onnx_file: the ONNX file to run (onnx_file_path): a name in the version directory
+      (default model.onnx, e.g. model.int8.onnx) or a path.
 
   Raises:
     UsageError: no export there, no such ONNX file in it, or its model files are missing.
   """
   version_dir = export_versions.newest_version_dir(export_dir)
-  onnx_path = os.path.join(version_dir, onnx_file or export_versions.ONNX_FILE)
-  if not os.path.isfile(onnx_path):
-    int8 = os.path.basename(onnx_path) == export_versions.ONNX_INT8_FILE
-    raise UsageError("%s: no such ONNX model in the export; export with %s --export_dir "
-                     "--export_format=onnx (or both)%s." % (
-                         onnx_path, " or ".join(model_files.kind_script(k)
-                                                for k in model_files.ANY_KIND),
-                         " --onnx_int8" if int8 else ""))
   assets = export_versions.assets_dir(version_dir)
   files = model_files.find_model_files(
       assets, "export the model with run_classifier_mgpu.py or run_ner_mgpu.py --export_dir.",
       model_files.ANY_KIND)
+  onnx_path = onnx_file_path(version_dir, onnx_file)
+  if not os.path.isfile(onnx_path):
+    int8 = os.path.basename(onnx_path) == export_versions.ONNX_INT8_FILE
+    raise UsageError("%s: no such ONNX model; export one with %s --export_dir=... "
+                     "--export_format=onnx (or both)%s." % (
+                         onnx_path, model_files.kind_script(files.settings["model"]),
+                         " --onnx_int8" if int8 else ""))
   tokenizer = command_line_base.checked_tokenizer(
       files.vocab_file, files.settings["do_lower_case"], _vocab_size(files.bert_config_file),
       files.bert_config_file,
@@ -136,12 +144,54 @@ def load_model(export_dir, onnx_file=None):
 
 
 def _expected_interface(files):
-  """(input names -> rank, output names) the predictor needs of a model of these files."""
+  """The inputs and the outputs the predictor needs of a model of these files: each a dict
+  name -> (ONNX type, shape), None in a shape for a dimension of any size."""
   rank = 3 if model_inputs.is_windowed(files.settings) else 2
-  outputs = ["probabilities"]
-  if files.settings["model"] == model_files.NER_KIND and not files.settings["use_crf"]:
-    outputs.append("tag_ids")
-  return {name: rank for name in MODEL_INPUTS}, outputs
+  inputs = {name: ("tensor(int32)", [None] * rank) for name in MODEL_INPUTS}
+  num_labels = len(files.labels)
+  if files.settings["model"] != model_files.NER_KIND:
+    return inputs, {"probabilities": ("tensor(float)", [None, num_labels])}
+  outputs = {"probabilities": ("tensor(float)", [None, None, num_labels])}
+  if not files.settings["use_crf"]:
+    outputs["tag_ids"] = ("tensor(int32)", [None, None])
+  return inputs, outputs
+
+
+def _fits(value, wanted):
+  """Whether an ONNX input or output (NodeArg) has the wanted type and shape; a dimension the
+  model leaves dynamic (a name, not a number) fits any."""
+  kind, shape = wanted
+  return value.type == kind and len(value.shape) == len(shape) and all(
+      size is None or not isinstance(dimension, int) or dimension == size
+      for dimension, size in zip(value.shape, shape))
+
+
+def _describe(name, kind, shape):
+  """e.g. "probabilities float [?, 15]"."""
+  sizes = ", ".join(str(d) if isinstance(d, int) else "?" for d in shape)
+  return "%s %s [%s]" % (name, kind[len("tensor("):-1], sizes)
+
+
+def _check_interface(session, model):
+  """Raises UsageError unless the session takes the export's inputs and gives the outputs
+  the predictor reads, with this model's label count (a model.onnx of another export)."""
+  inputs, outputs = _expected_interface(model.files)
+  found_inputs = {i.name: i for i in session.get_inputs()}
+  found_outputs = {o.name: o for o in session.get_outputs()}
+  if (set(found_inputs) == set(inputs) and
+      all(_fits(found_inputs[name], wanted) for name, wanted in inputs.items()) and
+      all(name in found_outputs and _fits(found_outputs[name], wanted)
+          for name, wanted in outputs.items())):
+    return
+  raise UsageError(
+      "%s is not a model of this export: it takes %s and gives %s; %s with %d labels needs "
+      "%s and %s. Give the model.onnx (or model.int8.onnx) of the same export." % (
+          model.onnx_path,
+          ", ".join(_describe(v.name, v.type, v.shape) for v in found_inputs.values()),
+          ", ".join(_describe(v.name, v.type, v.shape) for v in found_outputs.values()),
+          model_files.kind_name(model.files.settings["model"]), len(model.files.labels),
+          ", ".join(_describe(n, *w) for n, w in sorted(inputs.items())),
+          ", ".join(_describe(n, *w) for n, w in outputs.items())))
 
 
 def open_session(model, threads=None):
@@ -153,7 +203,7 @@ def open_session(model, threads=None):
 
   Raises:
     UsageError: onnxruntime is missing, the file is not an ONNX model it can run, or the
-      model's inputs or outputs are not those of an export of this kind of model.
+      model's inputs or outputs are not this export's (_check_interface).
   """
   onnxruntime = import_onnxruntime()
   options = onnxruntime.SessionOptions()
@@ -167,18 +217,7 @@ def open_session(model, threads=None):
     raise UsageError("%s: ONNX Runtime cannot load it (%s: %s); give a model.onnx written "
                      "by --export_format=onnx." % (model.onnx_path, type(e).__name__,
                                                    " ".join(str(e).split())[:300]))
-  inputs, outputs = _expected_interface(model.files)
-  found = {i.name: (len(i.shape), i.type) for i in session.get_inputs()}
-  wanted = {name: (rank, "tensor(int32)") for name, rank in inputs.items()}
-  missing_outputs = set(outputs) - set(o.name for o in session.get_outputs())
-  if found != wanted or missing_outputs:
-    raise UsageError(
-        "%s does not take this export's inputs or give its outputs: it has inputs %s and "
-        "outputs %s; %s needs int32 inputs %s of rank %d and outputs %s. Give the model.onnx "
-        "(or model.int8.onnx) of the same export." % (
-            model.onnx_path, sorted(found), sorted(o.name for o in session.get_outputs()),
-            model_files.kind_name(model.files.settings["model"]), sorted(inputs),
-            list(inputs.values())[0], outputs))
+  _check_interface(session, model)
   return session
 
 

@@ -84,7 +84,8 @@ class Predictor(object):
   """A model graph on every tower of a DevicePlan, in one session, built once.
 
   Texts are sorted by length, batched, and each batch is padded only to its longest text.
-  A classifier by default; bert_mgpu.ner.serving.NerPredictor feeds tag_mask too and reads tag_ids.
+  A classifier by default; as the tagger of an NER model (ner/serving.load_predictor) it feeds
+  tag_mask too and reads tag_ids.
   """
 
   def __init__(self, model, model_fn, devices, batch_size_per_tower, input_names=MODEL_INPUTS,

@@ -306,6 +306,12 @@ def test_an_absolute_onnx_file_is_used_as_it_is(exports, tmp_path):
   actual = onnx_output(exports, "classifier", tmp_path, "--onnx_file=" + elsewhere)
   assert_json_close(parse_output("classifier", actual),
                     parse_output("classifier", exports.reference("classifier")))
+  # A relative path is taken from the working directory (predict_text.py runs in the repo).
+  relative = os.path.relpath(elsewhere, cli.REPO_DIR)
+  assert os.path.dirname(relative) and not os.path.isabs(relative)
+  actual = onnx_output(exports, "classifier", tmp_path, "--onnx_file=" + relative)
+  assert_json_close(parse_output("classifier", actual),
+                    parse_output("classifier", exports.reference("classifier")))
 
 
 # ---------------------------------------------------------------------------
@@ -583,6 +589,18 @@ def test_an_onnx_model_with_other_inputs_is_refused(exports, tmp_path):
       "--backend=onnxruntime", "--export_dir=" + exports.base("classifier"),
       "--onnx_file=" + other])
   assert_refused(result, output_file, other)
+
+
+@needs_onnxruntime
+def test_the_onnx_model_of_another_export_is_refused(exports, tmp_path):
+  """An NER model's model.onnx takes the classifier's inputs but gives probabilities
+  [batch, seq, tags]: refused before any text runs (it crashed on the first batch)."""
+  ner_model = os.path.join(exports.version("ner"), "model.onnx")
+  result, output_file = refused_run(tmp_path, [
+      "--backend=onnxruntime", "--export_dir=" + exports.base("classifier"),
+      "--onnx_file=" + ner_model])
+  assert_refused(result, output_file, ner_model, "is not a model of this export",
+                 "probabilities float [?, ?, ")
 
 
 @needs_onnxruntime
