@@ -116,8 +116,8 @@ def check_flags():
 def check_backend_flags():
   """Raises UsageError for flags that mean nothing to the chosen --backend."""
   if FLAGS.backend != "onnxruntime":
-    for name, unset in (("onnx_file", None), ("onnx_threads", 0)):
-      if getattr(FLAGS, name) != unset:
+    for name in ("onnx_file", "onnx_threads"):
+      if getattr(FLAGS, name) != FLAGS[name].default:
         raise UsageError("--%s is for --backend=onnxruntime; add it, or drop --%s." %
                          (name, name))
     return
@@ -127,9 +127,8 @@ def check_backend_flags():
                      "--output_dir=%s --export_dir=DIR --export_format=onnx) and give "
                      "--export_dir=DIR." % FLAGS.output_dir)
   # ONNX Runtime runs here on the CPU in float32 (or int8 with model.int8.onnx).
-  for name, default in (("n_gpus", 1), ("towers_per_gpu", 1), ("precision", "fp32"),
-                        ("use_xla", False)):
-    if getattr(FLAGS, name) != default:
+  for name in ("n_gpus", "towers_per_gpu", "precision", "use_xla"):
+    if getattr(FLAGS, name) != FLAGS[name].default:
       raise UsageError("--%s=%s: --backend=onnxruntime runs on the CPU (set its threads with "
                        "--onnx_threads; model.int8.onnx is the faster one); drop --%s." %
                        (name, getattr(FLAGS, name), name))
@@ -250,11 +249,12 @@ def load_onnx_predictor():
   from bert_mgpu.serving import onnx_predictor  # pylint: disable=import-outside-toplevel
   model = onnx_predictor.load_model(FLAGS.export_dir, FLAGS.onnx_file)
   check_text_b(model)
-  threads = FLAGS.onnx_threads or onnx_predictor.usable_cpus()
+  session = onnx_predictor.open_session(model, FLAGS.onnx_threads or None)
   predictor = onnx_predictor.make_predictor(
-      model, onnx_predictor.open_session(model, threads), FLAGS.predict_batch_size,
+      model, session, FLAGS.predict_batch_size,
       length_multiple=None if FLAGS.pad_to_max_seq_length else 1)
-  LOGGER.info("Loaded %s on ONNX Runtime (CPU, %d thread(s)).", model.description, threads)
+  LOGGER.info("Loaded %s on ONNX Runtime (CPU, %d thread(s)).", model.description,
+              session.get_session_options().intra_op_num_threads)
   return predictor
 
 
@@ -295,7 +295,7 @@ def predict_file():
   """File mode: reads every text first (bad input stops before the model loads)."""
   texts_a, texts_b = read_input()
   predictor = load_predictor()
-  if model_files.is_ner(predictor):
+  if model_files.is_ner(predictor.model):
     predict_entities_file(texts_a, predictor)
     return
   start = time.time()

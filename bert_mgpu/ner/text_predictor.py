@@ -18,7 +18,6 @@ from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import writers
-from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 
 # The window fields fed to a tagger, by feature name.
@@ -66,11 +65,10 @@ class NerPredictor(object):
   records off.
   """
 
-  kind = model_files.NER_KIND
-
   def __init__(self, model, tagger):
     """Args:
-      model: the loaded model (.files: model_files.ModelFiles, .tokenizer, .description).
+      model: the loaded model (.files: serving.model_files.ModelFiles, .tokenizer,
+        .description).
       tagger: runs windows: predict(model_inputs.Features) -> int32 [windows,
         max_seq_length] tag ids; close().
     """

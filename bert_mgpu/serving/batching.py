@@ -102,14 +102,17 @@ class MicroBatcher(object):
         request.error = e
         request.done.set()
       return
+    texts = sum(request.size for request in batch)
+    # Counted and logged before any reply is released, so that a client that has its answer
+    # finds the batch in the counters and the log.
+    self._count(batches=1, requests=len(batch), texts=texts)
+    _LOGGER.info("micro-batch %d: %d request(s), %d text(s)", self.stats["batches"],
+                 len(batch), texts)
     start = 0
     for request in batch:
       request.probabilities = probabilities[start:start + request.size]
       start += request.size
       request.done.set()
-    self._count(batches=1, requests=len(batch), texts=start)
-    _LOGGER.info("micro-batch %d: %d request(s), %d text(s)", self.stats["batches"],
-                 len(batch), start)
 
   def _run(self):
     carried, stopping = None, False

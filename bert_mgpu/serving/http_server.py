@@ -142,7 +142,7 @@ class ServingState(object):
     Raises:
       BadRequest: a text has no tokens (a classifier), or "texts_b" sent to an NER model.
     """
-    if model_files.is_ner(self.predictor):
+    if model_files.is_ner(self.predictor.model):
       return self._predict_entities(texts, texts_b)
     probabilities, truncated = [], 0
     for start in range(0, len(texts), self.chunk_size):

@@ -236,12 +236,10 @@ def has_model_files(directory):
 # What a model predicts
 # ---------------------------------------------------------------------------
 
-def is_ner(model_or_predictor):
-  """Whether a loaded model (anything with .files) or a predictor is an NER model's."""
-  files = getattr(model_or_predictor, "files", None)
-  if files is not None:
-    return files.settings["model"] == NER_KIND
-  return getattr(model_or_predictor, "kind", None) == NER_KIND
+def is_ner(model):
+  """Whether a loaded model (anything with .files: predictor.LoadedModel,
+  onnx_predictor.OnnxModel; a predictor's .model) is an NER model."""
+  return model.files.settings["model"] == NER_KIND
 
 
 def predicted_labels(files, probabilities):

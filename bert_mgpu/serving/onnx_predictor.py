@@ -221,23 +221,38 @@ def open_session(model, threads=None):
   return session
 
 
-class OnnxPredictor(object):
-  """A classifier on ONNX Runtime: featurize(), predict(), predicted_labels(), close(), as
-  predictor.Predictor."""
+class _OnnxRun(object):
+  """An ONNX Runtime session and how its batches are cut; what both predictors share."""
 
   def __init__(self, model, session, batch_size, length_multiple=1):
     """Args:
-      model: OnnxModel of a classifier; session: open_session(model).
-      batch_size: texts per session.run.
+      model: OnnxModel; session: open_session(model).
+      batch_size: texts (NER: windows) per session.run.
       length_multiple: batches are cut to their longest text rounded up to this (None:
         every batch is max_seq_length long).
     """
     self.model = model
-    self.labels = model.files.labels
     self.max_seq_length = model.files.settings["max_seq_length"]
     self._session = session
     self._batch_size = batch_size
     self._length_multiple = length_multiple
+
+  def _predict_in_batches(self, arrays, run_batch, num_outputs=None):
+    return model_inputs.predict_in_batches(arrays, run_batch, self._batch_size,
+                                           self.max_seq_length, self._length_multiple,
+                                           num_outputs)
+
+  def close(self):
+    self._session = None
+
+
+class OnnxPredictor(_OnnxRun):
+  """A classifier on ONNX Runtime: featurize(), predict(), predicted_labels(), close(), as
+  predictor.Predictor."""
+
+  def __init__(self, model, session, batch_size, length_multiple=1):
+    super(OnnxPredictor, self).__init__(model, session, batch_size, length_multiple)
+    self.labels = model.files.labels
 
   def featurize(self, texts_a, texts_b=None):
     return model_inputs.featurize(self.model.tokenizer, self.max_seq_length, texts_a, texts_b,
@@ -247,48 +262,31 @@ class OnnxPredictor(object):
     """Class probabilities of featurized texts: np.float32 [n, num_labels], in input order."""
     def run_batch(arrays):
       return self._session.run(["probabilities"], arrays)[0]
-    return model_inputs.predict_in_batches(
-        {name: features.arrays[name] for name in MODEL_INPUTS}, run_batch, self._batch_size,
-        self.max_seq_length, self._length_multiple, len(self.labels))
+    return self._predict_in_batches({name: features.arrays[name] for name in MODEL_INPUTS},
+                                    run_batch, len(self.labels))
 
   def predicted_labels(self, probabilities):
     return model_files.predicted_labels(self.model.files, probabilities)
 
-  def close(self):
-    self._session = None
 
-
-class OnnxTagger(object):
+class OnnxTagger(_OnnxRun):
   """An NER model's windows on ONNX Runtime: tag ids, decoded in NumPy with a CRF."""
-
-  def __init__(self, model, session, batch_size, length_multiple=1):
-    """Args: as OnnxPredictor's, for an NER model."""
-    self._transitions = model.crf_transitions
-    self._max_seq_length = model.files.settings["max_seq_length"]
-    self._session = session
-    self._batch_size = batch_size
-    self._length_multiple = length_multiple
 
   def _run_batch(self, arrays):
     """int32 [batch, max_seq_length] tag ids of one batch of windows (cut to its longest)."""
     feed = {name: arrays[name] for name in MODEL_INPUTS}
-    if self._transitions is None:
+    if self.model.crf_transitions is None:
       tag_ids = self._session.run(["tag_ids"], feed)[0]
     else:
       tag_ids = crf_tag_ids(self._session.run(["probabilities"], feed)[0],
-                            arrays["tag_mask"], self._transitions)
-    padded = np.zeros([len(tag_ids), self._max_seq_length], np.int32)
+                            arrays["tag_mask"], self.model.crf_transitions)
+    padded = np.zeros([len(tag_ids), self.max_seq_length], np.int32)
     padded[:, :tag_ids.shape[1]] = tag_ids
     return padded
 
   def predict(self, features):
     """Tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
-    return model_inputs.predict_in_batches(
-        features.arrays, self._run_batch, self._batch_size, self._max_seq_length,
-        self._length_multiple)
-
-  def close(self):
-    self._session = None
+    return self._predict_in_batches(features.arrays, self._run_batch)
 
 
 def crf_tag_ids(probabilities, tag_mask, transitions):

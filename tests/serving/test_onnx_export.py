@@ -23,6 +23,7 @@ import conversion_models
 from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import text_predictor
 from bert_mgpu.serving import export_versions
+from bert_mgpu.serving import onnx_predictor
 
 TF1 = tf.__version__.startswith("1.")
 if not TF1:
@@ -215,18 +216,13 @@ def read_bytes(path):
 
 
 def crf_tag_ids(probabilities, inputs, transitions):
-  """The NumPy CRF decoding of an ONNX output: Viterbi over each row's first pieces, moved
-  to the front, the tags put back at their pieces (0 elsewhere), as the graph does."""
+  """The ONNX predictor's CRF decoding (onnx_predictor.crf_tag_ids) of an ONNX output, over
+  the first pieces the graph marks (first_piece_table)."""
   tokens = conversion_models.demo_vocab_tokens()
   table = text_predictor.first_piece_table({token: i for i, token in enumerate(tokens)},
-                                        len(tokens))
+                                           len(tokens))
   first_pieces = table[inputs["input_ids"]] * inputs["input_mask"]
-  tags = np.zeros(inputs["input_ids"].shape, np.int32)
-  for row in range(tags.shape[0]):
-    positions = np.flatnonzero(first_pieces[row])
-    tags[row, positions] = crf_numpy.viterbi_decode(np.log(probabilities[row, positions]),
-                                                    transitions)
-  return tags
+  return onnx_predictor.crf_tag_ids(probabilities, first_pieces, transitions)
 
 
 # ---------------------------------------------------------------------------

@@ -76,8 +76,6 @@ def test_predict_in_batches_cuts_each_batch_to_its_longest_text_and_keeps_the_or
 
 
 def test_the_precision_flag_takes_the_precisions_of_mixed_precision():
-  tf = pytest.importorskip("tensorflow")
-  del tf
   from bert_mgpu.training import mixed_precision  # pylint: disable=import-outside-toplevel
   assert tuple(mixed_precision.PRECISIONS) == command_line_base.PRECISIONS
 

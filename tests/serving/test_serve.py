@@ -19,6 +19,7 @@ import struct
 import subprocess
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -289,6 +290,8 @@ class StubPredictor(object):
 
   labels = ["x", "y"]
   max_seq_length = 4
+  # What http_server reads of the model: its kind.
+  model = types.SimpleNamespace(files=types.SimpleNamespace(settings={"model": "classifier"}))
 
   def featurize(self, texts_a, texts_b=None):
     del texts_b
