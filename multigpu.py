@@ -587,7 +587,7 @@ def _clear_after(accumulators, dependencies):
 
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
                    optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1, precision="fp32",
-                   use_xla=False):
+                   use_xla=False, adam_bias_correction=False):
   """Builds the multi-tower training step.
 
   Each tower gets an equal slice of the batch; the tower losses and gradients are averaged and
@@ -618,6 +618,9 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     accumulation_steps: micro-batches per update.
     precision: "fp32", "bf16" or "fp16" (see build_tower_losses_and_grads).
     use_xla: compile each tower with XLA.
+    adam_bias_correction: "adamw" with Adam's bias correction (torch.optim.AdamW); its step
+      t is global_step + 1, so it counts applied updates (not micro-batches, nor skipped
+      fp16 steps) and resumes with the checkpoint.
 
   Returns:
     TrainOps. With accumulation, `loss` is the current micro-batch's loss and `global_norm`
@@ -631,10 +634,13 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     loss_scale = mixed_precision.DynamicLossScale() if precision == "fp16" else None
     stop_request = tf.placeholder_with_default(0.0, [], name="stop_request")
 
+  optimizer = optimization.make_optimizer(optimizer_name, learning_rate,
+                                          adam_bias_correction=adam_bias_correction)
+
   def apply(pairs, increment_global_step=True):
     """The update of `pairs` and its global norm."""
     return optimization.apply_gradients(
-        pairs, learning_rate, global_step, optimizer_name, clip_norm,
+        pairs, learning_rate, global_step, optimizer, clip_norm,
         skip_non_finite=loss_scale is not None, increment_global_step=increment_global_step)
 
   def finish(updates, global_norm):

@@ -193,20 +193,20 @@ def label_list(args, train):
   return sorted(set(e[0] for e in train))
 
 
-def train_loader(args, train_features, collator):
+def train_loader(args, train_features, collator, drop_last=False):
   """Shuffled training batches (seeded), or with --group_by_length transformers' own
   grouping (Trainer's group_by_length): mega-batches of 50 batches of the shuffled order,
-  each sorted by length, longest first; a new draw each epoch."""
+  each sorted by length, longest first; a new draw each epoch. hf_ner.py's too."""
   generator = torch.Generator().manual_seed(args.seed)
   if not args.group_by_length:
     return torch.utils.data.DataLoader(
         train_features, batch_size=args.train_batch_size, shuffle=True, collate_fn=collator,
-        generator=generator)
+        generator=generator, drop_last=drop_last)
   sampler = trainer_pt_utils.LengthGroupedSampler(
       args.train_batch_size, lengths=[len(f["input_ids"]) for f in train_features],
       generator=generator)
   return torch.utils.data.DataLoader(train_features, batch_size=args.train_batch_size,
-                                     sampler=sampler, collate_fn=collator)
+                                     sampler=sampler, collate_fn=collator, drop_last=drop_last)
 
 
 def main(argv=None):

@@ -16,7 +16,8 @@ Recipe, matched to ours:
     pieces, [CLS] and [SEP] get -100 (ignored by the loss). Truncation to
     --max_seq_length (run_ner_mgpu.py splits longer sentences into windows instead; a
     token cut off here is predicted O, and the summary counts the truncated sentences).
-  * Batches: shuffled (seeded), padded to their longest sentence
+  * Batches: shuffled (seeded), or with --group_by_length transformers' LengthGroupedSampler
+    (as hf_finetune.py), padded to their longest sentence
     (DataCollatorForTokenClassification). The loss is BertForTokenClassification's: the
     mean cross-entropy over the labelled tokens of the batch (ours: the same token mean
     over the global batch).
@@ -95,6 +96,8 @@ def parse_args(argv=None):
                  "instead of transformers' initializer")
   p.add_argument("--save_init_npz", help="write the initial weights here (Google names) "
                  "before training, for checkpoint_npz.py --from_npz")
+  p.add_argument("--group_by_length", action="store_true",
+                 help="batches of similar length by transformers' LengthGroupedSampler")
   p.add_argument("--log_every", type=int, default=0,
                  help="log the mean training loss of every this many steps (0: never)")
   return p.parse_args(argv)
@@ -244,9 +247,7 @@ def main(argv=None):
   hf_common.set_initial_weights(model, args.init_npz, args.save_init_npz, HEAD_SCOPE)
   collator = transformers.DataCollatorForTokenClassification(tokenizer,
                                                              label_pad_token_id=IGNORED)
-  loader = torch.utils.data.DataLoader(
-      train_features, batch_size=args.train_batch_size, shuffle=True, drop_last=True,
-      collate_fn=collator, generator=torch.Generator().manual_seed(args.seed))
+  loader = hf_finetune.train_loader(args, train_features, collator, drop_last=True)
   num_steps = int(len(train_features) * args.num_train_epochs / args.train_batch_size)
   if num_steps < 1 or len(loader) < 1:
     sys.exit("fewer training sentences than one batch")

@@ -34,6 +34,7 @@ from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import run_settings
 import modeling
 import multigpu
+import optimization
 import tokenization
 
 FLAGS = tf.flags.FLAGS
@@ -97,6 +98,10 @@ def define_shared_flags(names, **defaults):
   define_device_flags(training=True)
   flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, shuffling and dropout.")
   flags.DEFINE_enum("optimizer", "adamw", ["adamw", "radam", "lamb"], "The optimizer.")
+  flags.DEFINE_bool("adam_bias_correction", False, "With --optimizer=adamw: correct the bias "
+                    "of Adam's moments, as torch.optim.AdamW does (Google's AdamWeightDecay, "
+                    "the default, does not). Use it with --initializer=normal when training "
+                    "from random weights (docs/TRAINING.md).")
   flags.DEFINE_enum("initializer", "truncated_normal", list(modeling.INITIALIZERS),
                     "Distribution of the weights that no checkpoint gives (all of them when "
                     "training from scratch, else the task head): Google's truncated normal "
@@ -208,6 +213,9 @@ def check_run_flags(positive_flag_names=(), flag_values=None):
   epochs = flag_value(flag_values, "num_train_epochs")
   if epochs is not None and not (np.isfinite(epochs) and epochs > 0):
     raise UsageError("--num_train_epochs=%s: it must be a positive number." % epochs)
+  optimizer = flag_value(flag_values, "optimizer")
+  if flag_value(flag_values, "adam_bias_correction") and optimizer != "adamw":
+    raise UsageError(optimization.ADAM_BIAS_CORRECTION_ONLY_ADAMW % optimizer)
   warmup = flag_value(flag_values, "warmup_proportion")
   if warmup is not None and not 0 <= warmup <= 1:
     raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "

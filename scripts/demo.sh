@@ -28,6 +28,7 @@ TF_CPP_MIN_LOG_LEVEL=2 "$python" run_classifier_mgpu.py \
   --learning_rate=1e-3 \
   --num_train_epochs=8 \
   --save_checkpoints_steps=50 \
+  --initializer=normal --adam_bias_correction \
   --log_steps=20 2>&1 | tee "$out/train.log"
 
 echo

@@ -268,5 +268,7 @@ def log_line(skew, noun="label"):
                  100.0 * skew.length_share, noun))
   if skew.warns:
     return figures + (" Grouping may cost accuracy here: compare with one run without "
-                      "--group_by_length.")
+                      "--group_by_length. From random weights, add --initializer=normal "
+                      "--adam_bias_correction (or --optimizer=radam): with them grouped runs "
+                      "left the class-prior plateau (docs/TRAINING.md).")
   return figures + " Below %.1fx: grouping adds little %s skew." % (SKEW_WARNING_RATIO, noun)

@@ -16,6 +16,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError, error_reason, write_error
+from bert_mgpu.training import run_settings
 import modeling
 import multigpu
 
@@ -77,6 +78,22 @@ def init_from_checkpoint(init_checkpoint):
     raise UsageError("--init_checkpoint=%s: %s" % (init_checkpoint, e))
   tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
   return [v.op.name for v in tvars if v.op.name not in initialized]
+
+
+def set_up_init_checkpoint(config):
+  """Initialises a new run (a RunConfig) from --init_checkpoint, or logs that training starts
+  from scratch; warns when BERT's body starts from random weights under Google's uncorrected
+  AdamW (run_settings.FROM_SCRATCH_WARNING)."""
+  missing = [v.op.name for v in tf.trainable_variables()]
+  if config.init_checkpoint:
+    missing = init_from_checkpoint(config.init_checkpoint)
+    tf.logging.info("Initialised from --init_checkpoint=%s; not in it, so freshly "
+                    "initialised: %s", config.init_checkpoint, ", ".join(missing) or "nothing")
+  else:
+    tf.logging.info("No checkpoint in %s and no --init_checkpoint: training from scratch.",
+                    config.output_dir)
+  if run_settings.uncorrected_adam_from_scratch(config, missing):
+    tf.logging.warning("%s", run_settings.FROM_SCRATCH_WARNING)
 
 
 # Variables a model builds but never reads when it only runs the encoder (or the encoder

@@ -153,7 +153,7 @@ class DeviceSettings(object):
 RUN_DEFAULTS = collections.OrderedDict([
     ("init_checkpoint", None), ("train_batch_size", 1), ("eval_batch_size", 8),
     ("predict_batch_size", 8), ("accumulation_steps", 1), ("learning_rate", 5e-5),
-    ("optimizer", "adamw"),
+    ("optimizer", "adamw"), ("adam_bias_correction", False),
     # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
     ("initializer", "truncated_normal"),
     ("save_checkpoints_steps", 1000), ("keep_checkpoint_max", 5), ("log_steps", 100),
@@ -256,14 +256,38 @@ class RunConfig(object):
     lines = ["%d tower(s)%s x per-tower batch %d x %d accumulation step(s) = global batch %d" % (
         self.num_towers, workers, self.train_batch_size, self.accumulation_steps,
         self.global_batch_size)]
+    optimizer = self.optimizer + (" with bias correction" if self.adam_bias_correction else "")
     steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g, precision %s%s" % (
-        self.num_train_steps, self.num_warmup_steps, self.optimizer, self.learning_rate,
+        self.num_train_steps, self.num_warmup_steps, optimizer, self.learning_rate,
         self.devices.precision, ", XLA" if self.devices.use_xla else "")
     if self.initializer != "truncated_normal":
       steps += ", new weights drawn from the %s initializer" % self.initializer
     if self.train_data_description:
       steps = "%s = %s" % (self.train_data_description, steps)
     return lines + [steps] + self.plan.describe()
+
+
+# Logged once when the model body starts from random weights under Google's AdamWeightDecay.
+FROM_SCRATCH_WARNING = (
+    "Training BERT's body from random weights with Google's AdamWeightDecay, which has no "
+    "bias correction: its first updates are several times the learning rate asked for (3.2x "
+    "at step 1, 6.5x at step 10, 1.3x at step 1000), and such runs can stay on the "
+    "class-prior plateau (predicting the majority class or all-O). From scratch, add "
+    "--initializer=normal --adam_bias_correction (or --optimizer=radam); docs/TRAINING.md "
+    "gives the figures.")
+
+
+def uncorrected_adam_from_scratch(config, fresh_variables):
+  """Whether FROM_SCRATCH_WARNING applies: Google's uncorrected AdamW, and BERT's body
+  (any variable under bert/) among the variables no checkpoint initialised.
+
+  Args:
+    config: the RunConfig (or JobSettings).
+    fresh_variables: names of the trainable variables left to their initializers.
+  """
+  if config.optimizer != "adamw" or config.adam_bias_correction:
+    return False
+  return any(name.startswith("bert/") for name in fresh_variables)
 
 
 def _training_steps(config, job, num_train_examples, example_noun):

@@ -181,7 +181,8 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
         plan, model_fn, features, init_lr=config.learning_rate,
         num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
         optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps,
-        precision=config.devices.precision, use_xla=config.devices.use_xla)
+        precision=config.devices.precision, use_xla=config.devices.use_xla,
+        adam_bias_correction=config.adam_bias_correction)
     peers.build_start()
     eval_iterator = eval_outputs = None
     if start.eval_spec is not None:
@@ -195,7 +196,7 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
                                                  (eval_iterator, eval_outputs))
       weights_saver = tf.train.Saver(_model_weights(), save_relative_paths=True)
     if config.is_chief and not start.latest:
-      _set_up_init_checkpoint(config)
+      checkpoints.set_up_init_checkpoint(config)
     # Replica 0's variables: Google's plain names, whatever --variable_update.
     saver = tf.train.Saver(multigpu.saveable_variables(), max_to_keep=config.keep_checkpoint_max,
                            save_relative_paths=True)
@@ -207,17 +208,6 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
         tf.local_variables_initializer(), inference_towers, weights_saver)
     graph.finalize()
   return training_graph
-
-
-def _set_up_init_checkpoint(config):
-  """Initialises from --init_checkpoint, or logs that training starts from scratch."""
-  if not config.init_checkpoint:
-    tf.logging.info("No checkpoint in %s and no --init_checkpoint: training from scratch.",
-                    config.output_dir)
-    return
-  missing = checkpoints.init_from_checkpoint(config.init_checkpoint)
-  tf.logging.info("Initialised from --init_checkpoint=%s; not in it, so freshly "
-                  "initialised: %s", config.init_checkpoint, ", ".join(missing) or "nothing")
 
 
 def _build_inference_towers(config, model_fn, inference, eval_spec, eval_towers):

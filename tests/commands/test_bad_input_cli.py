@@ -180,6 +180,11 @@ def make_cases(root):
   cases["max_seq_length_2"] = classifier_case(root, "max_seq_length_2", {"train.tsv": tsv(ROWS)},
                                               max_seq_length=2, fragments=["--max_seq_length=2"])
 
+  # Bias correction asked of an optimizer that corrects already.
+  cases["bias_correction_with_lamb"] = classifier_case(
+      root, "bias_correction_with_lamb", {"train.tsv": tsv(ROWS)}, optimizer="lamb",
+      adam_bias_correction=True, fragments=["--adam_bias_correction", "--optimizer=lamb"])
+
   # Predict-only with no trained model: refused, but only after the lock and the features
   # had been written to a new output_dir.
   cases["predict_without_a_model"] = classifier_case(
@@ -212,12 +217,13 @@ CASE_IDS = ["config_heads", "csv_unclosed_quote", "cr_line_ends", "jsonl_unpaire
             "labels_txt_is_a_directory", "disk_full_while_featurizing",
             "squad_vocab_without_cls", "squad_negative_answer_start", "squad_empty_question",
             "vocab_token_twice", "absurd_epochs", "squad_nan_threshold", "max_seq_length_2",
-            "predict_without_a_model", "url_output_dir", "pretraining_input_under_a_file"]
+            "bias_correction_with_lamb", "predict_without_a_model", "url_output_dir",
+            "pretraining_input_under_a_file"]
 
 # Cases stopped before output_dir is claimed: they must not create it.
 NO_OUTPUT_DIR = ("vocab_token_twice", "absurd_epochs", "squad_nan_threshold",
                  "max_seq_length_2", "config_heads", "squad_vocab_without_cls",
-                 "predict_without_a_model")
+                 "bias_correction_with_lamb", "predict_without_a_model")
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,8 @@ def test_where_length_decides_the_label_grouped_batches_are_skewed_and_it_warns(
   assert line.startswith("group_by_length: batches grouped by length are %.1fx as "
                          "label-skewed as random batches" % skew.ratio)
   assert WARNING_TEXT in line and "without --group_by_length" in line
+  # The from-scratch recipe that removed the plateau (issue #41).
+  assert "--initializer=normal --adam_bias_correction" in line and "radam" in line
 
 
 @pytest.mark.parametrize("num_labels", [2, 5])

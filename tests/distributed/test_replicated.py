@@ -8,8 +8,8 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import multigpu
-from tiny_model import (classifier_model_fn, random_batch, relative_update_difference,
-                        train_steps)
+from tiny_model import (OPTIMIZERS, classifier_model_fn, random_batch,
+                        relative_update_difference, train_steps)
 
 
 def replicated_plan(num_towers, towers_per_device=1):
@@ -33,7 +33,7 @@ def assert_replicas_identical(values, num_replicas):
   assert copies > 0 or num_replicas == 1
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "radam", "lamb"])
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_replicated_gives_the_host_update(optimizer):
   rng = np.random.RandomState(11)
   batches = [random_batch(rng, 8) for _ in range(3)]

@@ -86,9 +86,14 @@ def train_dataset_fn(path, global_batch):
                                            skip_batches=skip)
 
 
+# The optimizer names the tests parametrize: build_training's, and AdamW with bias correction.
+ADAMW_BIAS_CORRECTED = "adamw_bias_corrected"
+OPTIMIZERS = ("adamw", "radam", "lamb", ADAMW_BIAS_CORRECTED)
+
+
 def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1):
   """Builds the training graph of `plan` and applies one update per batch (with
-  accumulation: the batch split into micro-batches).
+  accumulation: the batch split into micro-batches). `optimizer` is one of OPTIMIZERS.
 
   Returns:
     (initial, final, all_values, global_step): initial and final map the plain names of the
@@ -99,8 +104,11 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
     tf.set_random_seed(1)
     placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
                     for k, v in batches[0].items()}
+    corrected = optimizer == ADAMW_BIAS_CORRECTED
     ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
-                                  optimizer, accumulation_steps=accumulation_steps)
+                                  "adamw" if corrected else optimizer,
+                                  accumulation_steps=accumulation_steps,
+                                  adam_bias_correction=corrected)
     sync = multigpu.build_start_sync(plan)
     trainable = set(v.op.name for v in tf.trainable_variables())
     saved = [v for v in multigpu.saveable_variables() if v.op.name in trainable]

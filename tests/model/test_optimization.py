@@ -13,6 +13,8 @@ import tensorflow.compat.v1 as tf
 import optimization  # pylint: disable=g-import-not-at-top
 
 RTOL = 1e-5
+# "adamw" with adam_bias_correction=True, as the tests parametrize it.
+BIAS_CORRECTED_ADAMW = "adamw_bias_corrected"
 BETA_1 = 0.9
 BETA_2 = 0.999
 EPSILON = 1e-6
@@ -54,8 +56,22 @@ def np_rho(t):
   return rho_inf - 2.0 * t * BETA_2 ** t / (1.0 - BETA_2 ** t), rho_inf
 
 
+def np_torch_adamw(param, m, v, grad, lr, t, weight_decay_rate):
+  """One step of torch.optim.AdamW (its single-tensor loop, amsgrad off) in float64.
+  Returns (param, m, v)."""
+  param = param * (1.0 - lr * weight_decay_rate)
+  m = BETA_1 * m + (1.0 - BETA_1) * grad
+  v = BETA_2 * v + (1.0 - BETA_2) * grad * grad
+  bias_correction1 = 1.0 - BETA_1 ** t
+  bias_correction2 = 1.0 - BETA_2 ** t
+  denom = np.sqrt(v) / np.sqrt(bias_correction2) + EPSILON
+  return param - (lr / bias_correction1) * m / denom, m, v
+
+
 def np_update(optimizer, param, m, v, grad, lr, t, weight_decay_rate):
   """One step of `optimizer` in float64. Returns (param, m, v)."""
+  if optimizer == BIAS_CORRECTED_ADAMW:
+    return np_torch_adamw(param, m, v, grad, lr, t, weight_decay_rate)
   m = BETA_1 * m + (1.0 - BETA_1) * grad
   v = BETA_2 * v + (1.0 - BETA_2) * grad * grad
   if optimizer == "adamw":
@@ -155,9 +171,21 @@ def _make_variables(rng, use_resource):
   return initial, variables
 
 
-@pytest.mark.parametrize("use_resource", [True, False])
-@pytest.mark.parametrize("optimizer", ["adamw", "radam", "lamb"])
-def test_optimizer_matches_numpy(optimizer, use_resource):
+def _optimizer_argument(optimizer, learning_rate, weight_decay_rate):
+  """What apply_gradients takes for a parametrized name: the name, or the bias-corrected
+  AdamW object."""
+  if optimizer == BIAS_CORRECTED_ADAMW:
+    return optimization.make_optimizer("adamw", learning_rate, weight_decay_rate,
+                                       adam_bias_correction=True)
+  return optimizer
+
+
+# skip_non_finite: the elementwise update under an fp16 skip condition; without it, resource
+# variables take AdamW's fused kernel and ref variables the elementwise update.
+@pytest.mark.parametrize("use_resource, skip_non_finite", [
+    (True, False), (False, False), (True, True)])
+@pytest.mark.parametrize("optimizer", ["adamw", "radam", "lamb", BIAS_CORRECTED_ADAMW])
+def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite):
   num_steps = 8  # RAdam: steps 1-5 momentum only, 6-8 rectified
   init_lr, num_train_steps, num_warmup_steps = 0.05, 10, 3
   weight_decay_rate = 0.1
@@ -174,7 +202,8 @@ def test_optimizer_matches_numpy(optimizer, use_resource):
     grad_phs = {n: tf.placeholder(tf.float32, variables[n].shape) for n in names}
     train_op, global_norm = optimization.apply_gradients(
         [(grad_phs[n], variables[n]) for n in names], lr, global_step,
-        optimizer=optimizer, clip_norm=1.0, weight_decay_rate=weight_decay_rate)
+        optimizer=_optimizer_argument(optimizer, lr, weight_decay_rate), clip_norm=1.0,
+        weight_decay_rate=weight_decay_rate, skip_non_finite=skip_non_finite)
     slots = {n: (tf.global_variables(n + "/adam_m")[0], tf.global_variables(n + "/adam_v")[0])
              for n in names}
 
@@ -232,6 +261,99 @@ def test_radam_rectifier_is_accurate_over_many_steps():
     np.testing.assert_allclose(values["m_correction"], 1.0 / (1.0 - BETA_1 ** t), rtol=1e-6)
     np.testing.assert_allclose(values["v_correction"], 1.0 / (1.0 - BETA_2 ** t), rtol=1e-6)
   assert [v["momentum_scale"] for v in got[:4]] == [1.0, 1.0, 1.0, 0.0]  # t = 6 is first
+
+
+def test_bias_corrected_adamw_step_constants_match_float64():
+  """The step scale sqrt(1 - b2^t) / (1 - b1^t) and epsilon * sqrt(1 - b2^t), over t."""
+  steps = [1, 2, 10, 100, 1000, 100000]
+  with tf.Graph().as_default():
+    step_ph = tf.placeholder(tf.int64, [])
+    constants = optimization.make_optimizer(
+        "adamw", 0.1, adam_bias_correction=True)._step_constants(step_ph)  # pylint: disable=protected-access
+    with tf.Session() as sess:
+      got = [sess.run(constants, {step_ph: t - 1}) for t in steps]
+  for t, values in zip(steps, got):
+    root = np.sqrt(1.0 - BETA_2 ** t)
+    np.testing.assert_allclose(values["step_scale"], root / (1.0 - BETA_1 ** t), rtol=1e-6,
+                               err_msg=str(t))
+    np.testing.assert_allclose(values["epsilon"], EPSILON * root, rtol=1e-6, err_msg=str(t))
+  # Google's uncorrected update is 1 / step_scale times this one: the issue's figures.
+  np.testing.assert_allclose([1.0 / got[i]["step_scale"] for i in (0, 2, 3, 4)],
+                             [3.1623, 6.5279, 3.2408, 1.2576], rtol=1e-4)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_bias_corrected_adamw_first_step_moves_each_weight_by_the_learning_rate(use_resource):
+  """Adam's first corrected step is lr * g / (|g| + eps): about lr against the gradient's
+  sign, whatever its size (Google's uncorrected one is sqrt(1000) / 10 = 3.16 times it)."""
+  lr = 0.01
+  grad_values = np.array([[3.0, -0.02], [0.5, -7.0]], np.float32)
+  with tf.Graph().as_default():
+    with tf.variable_scope("model", use_resource=use_resource):
+      var = tf.get_variable("w", [2, 2], initializer=tf.ones_initializer())
+    global_step = tf.train.get_or_create_global_step()
+    update = optimization.make_optimizer(
+        "adamw", lr, weight_decay_rate=0.0, adam_bias_correction=True).apply_gradients(
+            [(tf.constant(grad_values), var)], global_step)
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(update)
+      moved = 1.0 - sess.run(var)
+  want = lr * grad_values / (np.abs(grad_values) + EPSILON)
+  np.testing.assert_allclose(moved, want, rtol=1e-5)
+  np.testing.assert_allclose(np.abs(moved), lr, rtol=1e-4)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_bias_correction_counts_steps_from_the_global_step(use_resource):
+  """A run resumed at global step 41 applies step t = 42 (torch's count), not t = 1."""
+  start_step, num_steps, lr, weight_decay_rate = 41, 3, 0.02, 0.1
+  rng = np.random.RandomState(77)
+  with tf.Graph().as_default():
+    initial, variables = _make_variables(rng, use_resource)
+    names = sorted(variables)
+    global_step = tf.train.get_or_create_global_step()
+    grad_phs = {n: tf.placeholder(tf.float32, variables[n].shape) for n in names}
+    train_op, _ = optimization.apply_gradients(
+        [(grad_phs[n], variables[n]) for n in names], lr, global_step,
+        optimizer=_optimizer_argument(BIAS_CORRECTED_ADAMW, lr, weight_decay_rate),
+        clip_norm=None)
+    slots = {n: [tf.global_variables(n + suffix)[0] for suffix in ("/adam_m", "/adam_v")]
+             for n in names}
+    # Moments as a run that stopped at step 41 left them.
+    ms = {n: rng.randn(*initial[n].shape) * 0.1 for n in names}
+    vs = {n: rng.rand(*initial[n].shape) * 0.01 for n in names}
+    params = {n: initial[n].astype(np.float64) for n in names}
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      global_step.load(start_step, sess)
+      for n in names:
+        slots[n][0].load(ms[n].astype(np.float32), sess)
+        slots[n][1].load(vs[n].astype(np.float32), sess)
+      for step in range(num_steps):
+        grads = {n: rng.randn(*params[n].shape).astype(np.float32) for n in names}
+        sess.run(train_op, {grad_phs[n]: grads[n] for n in names})
+        for n in names:
+          decay = 0.0 if any(p in n for p in NO_DECAY_PATTERNS) else weight_decay_rate
+          params[n], ms[n], vs[n] = np_torch_adamw(params[n], ms[n], vs[n], grads[n], lr,
+                                                   start_step + step + 1, decay)
+      got = sess.run(variables)
+  for n in names:
+    # Relative to the steps taken (each about lr): the fused kernel reads the loaded adam_m as
+    # k m (AdamWeightDecayOptimizer._fused_update), 6.4e-6 off, and a weight that three steps
+    # bring near 0 shows it relative to itself.
+    np.testing.assert_allclose(got[n], params[n], rtol=1e-5, atol=1e-5 * lr * num_steps,
+                               err_msg=n)
+
+
+@pytest.mark.parametrize("optimizer", ["radam", "lamb"])
+def test_adam_bias_correction_is_refused_for_optimizers_that_correct_already(optimizer):
+  with pytest.raises(ValueError, match="--adam_bias_correction is for --optimizer=adamw"):
+    optimization.make_optimizer(optimizer, 0.1, adam_bias_correction=True)
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError, match="--optimizer=%s corrects" % optimizer):
+      optimization.create_optimizer(tf.constant(1.0), 0.1, 10, 1, optimizer=optimizer,
+                                    adam_bias_correction=True)
 
 
 def test_exclusions_really_skip_weight_decay():

@@ -3,6 +3,7 @@
 preemption), inference, the run config, strict flags and the output_dir lock."""
 
 import glob
+import logging
 import os
 import shutil
 import signal
@@ -79,6 +80,69 @@ def test_resumed_training_ends_where_an_uninterrupted_run_does(tmp_path):
   assert "output_weights/adam_m" in a and a["global_step"] == 4
   for name in a:
     np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_bias_corrected_adamw_resumes_bit_exactly(tmp_path):
+  """Killed after step 2 of 5 and resumed: the same bits as a run that never stopped, which
+  needs the correction's step t from the restored global_step; and not Google's update."""
+  record_file = str(tmp_path / "train.tf_record")
+  write_records(record_file, random_batch(np.random.RandomState(2), 24))
+  kwargs = dict(num_warmup_steps=1, log_steps=1, save_checkpoints_steps=2, random_seed=9)
+
+  def train(name, **extra):
+    return runner.train(run_config(tmp_path / name, 1, 8, 5, **dict(kwargs, **extra)),
+                        classifier_model_fn(), train_dataset_fn(record_file, 8))
+
+  straight = train("straight", adam_bias_correction=True)
+  resumed_dir = str(tmp_path / "resumed")
+  shutil.copytree(str(tmp_path / "straight"), resumed_dir)
+  for path in glob.glob(os.path.join(resumed_dir, "model.ckpt-[45]*")):
+    os.remove(path)
+  tf.train.update_checkpoint_state(resumed_dir, os.path.join(resumed_dir, "model.ckpt-2"))
+  resumed = train("resumed", adam_bias_correction=True)
+  assert os.path.basename(resumed) == os.path.basename(straight) == "model.ckpt-5"
+  a, b = checkpoint_values(straight), checkpoint_values(resumed)
+  assert set(a) == set(b) and a["global_step"] == 5
+  for name in a:
+    np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+  google = checkpoint_values(train("google"))
+  assert not np.allclose(google["output_weights"], a["output_weights"], rtol=1e-2)
+
+
+class _Warnings(object):
+  """The tensorflow logger's warnings while the context lasts."""
+
+  def __enter__(self):
+    self.records = []
+    self._handler = logging.Handler(logging.WARNING)
+    self._handler.emit = self.records.append
+    logging.getLogger("tensorflow").addHandler(self._handler)
+    return self
+
+  def __exit__(self, *exc_info):
+    logging.getLogger("tensorflow").removeHandler(self._handler)
+
+  def count(self, text):
+    return sum(text in record.getMessage() for record in self.records)
+
+
+def test_training_from_scratch_with_googles_adamw_warns_once(tmp_path):
+  record_file = records_file(tmp_path, seed=4, num_examples=16)
+  warning = run_settings.FROM_SCRATCH_WARNING
+  assert "--initializer=normal --adam_bias_correction" in warning
+
+  def warnings_of(name, **fields):
+    with _Warnings() as caught:
+      runner.train(run_config(tmp_path / name, 1, 8, 2, **fields), classifier_model_fn(),
+                   train_dataset_fn(record_file, 8))
+    return caught.count(warning)
+
+  assert warnings_of("scratch") == 1
+  assert warnings_of("corrected", adam_bias_correction=True) == 0
+  assert warnings_of("radam", optimizer="radam") == 0
+  # Fine-tuning from a checkpoint of BERT's body (a new head would not matter): no warning.
+  init_checkpoint = tf.train.latest_checkpoint(str(tmp_path / "scratch"))
+  assert warnings_of("fine_tuned", init_checkpoint=init_checkpoint) == 0
 
 
 @pytest.mark.parametrize("model_option, message", [
