@@ -281,7 +281,7 @@ class AdamWeightDecayOptimizer(_MomentOptimizer):
     u = m / (sqrt(v) + epsilon) + wd * p
     p = p - lr * u
 
-  The global step is not used. Without the correction the first updates are
+  Without bias_correction the global step is not used, and the first updates are
   (1 - beta_1^t) / sqrt(1 - beta_2^t) times a corrected Adam's (3.2x at t = 1,
   6.5x at t = 10, 1.3x at t = 1000), which can keep a model trained from random
   weights on the class-prior plateau (docs/TRAINING.md).
@@ -308,19 +308,19 @@ class AdamWeightDecayOptimizer(_MomentOptimizer):
     self.bias_correction = bool(bias_correction)
 
   def _step_constants(self, global_step):
-    """Without bias correction: step scale 1 and epsilon as given (Python floats, so the
+    """Without bias correction: step scale 1 and the epsilon given (Python floats, so the
     graph is Google's). With it: c and epsilon * s of the class docstring."""
     if not self.bias_correction:
-      return {"step_scale": 1.0, "epsilon": self.epsilon}
+      return {"step_scale": 1.0, "scaled_epsilon": self.epsilon}
     _, m_correction, v_correction, _ = self._bias_corrections(global_step)
     root_v_correction = tf.sqrt(v_correction)  # 1 / s
     return {
         "step_scale": tf.cast(m_correction / root_v_correction, tf.float32),
-        "epsilon": tf.cast(self.epsilon / root_v_correction, tf.float32),
+        "scaled_epsilon": tf.cast(self.epsilon / root_v_correction, tf.float32),
     }
 
   def _update_direction(self, next_m, next_v, constants):
-    direction = next_m / (tf.sqrt(next_v) + constants["epsilon"])
+    direction = next_m / (tf.sqrt(next_v) + constants["scaled_epsilon"])
     if self.bias_correction:
       direction *= constants["step_scale"]
     return direction
@@ -366,8 +366,8 @@ class AdamWeightDecayOptimizer(_MomentOptimizer):
           var=var.handle, m=m_slot.handle, v=v_slot.handle, beta1_power=zero,
           beta2_power=zero, lr=kernel_lr,
           beta1=tf.constant(self.beta_1, tf.float32), beta2=tf.constant(self.beta_2, tf.float32),
-          epsilon=tf.convert_to_tensor(constants["epsilon"], tf.float32), grad=grad * scale,
-          use_locking=False, use_nesterov=False)
+          epsilon=tf.convert_to_tensor(constants["scaled_epsilon"], tf.float32),
+          grad=grad * scale, use_locking=False, use_nesterov=False)
 
 
 class RAdamOptimizer(_MomentOptimizer):
@@ -484,6 +484,11 @@ _OPTIMIZER_CLASSES = {
 }
 
 
+ADAM_BIAS_CORRECTION_ONLY_ADAMW = (
+    "--adam_bias_correction is for --optimizer=adamw; --optimizer=%s corrects the bias "
+    "already: drop one of the two flags.")
+
+
 def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                    epsilon=1e-6, exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
                    adam_bias_correction=False):
@@ -520,10 +525,6 @@ def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta
       learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1, beta_2=beta_2,
       epsilon=epsilon, exclude_from_weight_decay=exclude_from_weight_decay, **kwargs)
 
-
-ADAM_BIAS_CORRECTION_ONLY_ADAMW = (
-    "--adam_bias_correction is for --optimizer=adamw; --optimizer=%s corrects the bias "
-    "already: drop one of the two flags.")
 
 
 def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw", clip_norm=1.0,

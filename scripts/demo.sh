@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command 1: the built-in Chinese classification demo on a CPU-only machine.
 # It sets up TensorFlow 2.x (scripts/setup_env.sh), writes a small Chinese data set with a tiny
-# vocab and config (scripts/make_demo_data.py), fine-tunes a tiny BERT on 2 simulated GPUs
-# (logical CPU devices), evaluates on dev and writes predict.txt.
+# vocab and config (scripts/make_demo_data.py), trains a tiny BERT from random weights on 2
+# simulated GPUs (logical CPU devices) with the from-scratch recipe (--initializer=normal
+# --adam_bias_correction, docs/TRAINING.md), evaluates on dev and writes predict.txt.
 #   bash scripts/demo.sh [output_dir]        (default: demo_output)
 # PYTHON=/path/to/python uses that interpreter instead of setting one up.
 set -euo pipefail
@@ -25,7 +26,7 @@ TF_CPP_MIN_LOG_LEVEL=2 "$python" run_classifier_mgpu.py \
   --n_gpus=2 \
   --max_seq_length=48 \
   --train_batch_size=16 \
-  --learning_rate=1e-3 \
+  --learning_rate=5e-3 \
   --num_train_epochs=8 \
   --save_checkpoints_steps=50 \
   --initializer=normal --adam_bias_correction \

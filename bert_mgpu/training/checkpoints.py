@@ -69,8 +69,7 @@ def init_from_checkpoint(init_checkpoint):
   Raises:
     UsageError: missing checkpoint, or a variable whose shape differs from the checkpoint's.
   """
-  trainable = set(v.op.name for v in tf.trainable_variables())
-  tvars = [v for v in multigpu.saveable_variables() if v.op.name in trainable]
+  tvars = _trainable_saveables()
   try:
     assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(
         tvars, init_checkpoint)
@@ -80,11 +79,17 @@ def init_from_checkpoint(init_checkpoint):
   return [v.op.name for v in tvars if v.op.name not in initialized]
 
 
+def _trainable_saveables():
+  """The trainable variables under their checkpoint names (replica 0's copies)."""
+  trainable = set(v.op.name for v in tf.trainable_variables())
+  return [v for v in multigpu.saveable_variables() if v.op.name in trainable]
+
+
 def set_up_init_checkpoint(config):
   """Initialises a new run (a RunConfig) from --init_checkpoint, or logs that training starts
   from scratch; warns when BERT's body starts from random weights under Google's uncorrected
   AdamW (run_settings.FROM_SCRATCH_WARNING)."""
-  missing = [v.op.name for v in tf.trainable_variables()]
+  missing = [v.op.name for v in _trainable_saveables()]
   if config.init_checkpoint:
     missing = init_from_checkpoint(config.init_checkpoint)
     tf.logging.info("Initialised from --init_checkpoint=%s; not in it, so freshly "

@@ -267,19 +267,23 @@ class RunConfig(object):
     return lines + [steps] + self.plan.describe()
 
 
-# Logged once when the model body starts from random weights under Google's AdamWeightDecay.
+# Logged once when BERT's body starts from random weights under Google's AdamWeightDecay.
 FROM_SCRATCH_WARNING = (
     "Training BERT's body from random weights with Google's AdamWeightDecay, which has no "
-    "bias correction: its first updates are several times the learning rate asked for (3.2x "
-    "at step 1, 6.5x at step 10, 1.3x at step 1000), and such runs can stay on the "
-    "class-prior plateau (predicting the majority class or all-O). From scratch, add "
+    "bias correction: its first steps are several times a bias-corrected Adam's (3.2x at "
+    "step 1, 6.5x at step 10, 1.3x at step 1000), and short runs from scratch can stay on a "
+    "plateau (a classifier predicting the majority class, a tagger all-O). From scratch, add "
     "--initializer=normal --adam_bias_correction (or --optimizer=radam); docs/TRAINING.md "
     "gives the figures.")
+
+# What makes BERT's body: a checkpoint without the pooler (which an encoder never reads) still
+# gives it.
+_BODY_SCOPES = ("bert/embeddings/", "bert/encoder/")
 
 
 def uncorrected_adam_from_scratch(config, fresh_variables):
   """Whether FROM_SCRATCH_WARNING applies: Google's uncorrected AdamW, and BERT's body
-  (any variable under bert/) among the variables no checkpoint initialised.
+  (embeddings or encoder) among the variables no checkpoint initialised.
 
   Args:
     config: the RunConfig (or JobSettings).
@@ -287,7 +291,7 @@ def uncorrected_adam_from_scratch(config, fresh_variables):
   """
   if config.optimizer != "adamw" or config.adam_bias_correction:
     return False
-  return any(name.startswith("bert/") for name in fresh_variables)
+  return any(name.startswith(_BODY_SCOPES) for name in fresh_variables)
 
 
 def _training_steps(config, job, num_train_examples, example_noun):

@@ -11,10 +11,10 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import optimization  # pylint: disable=g-import-not-at-top
+# "adamw" with adam_bias_correction=True, as the tests parametrize it.
+from tiny_model import ADAMW_BIAS_CORRECTED as BIAS_CORRECTED_ADAMW  # pylint: disable=g-import-not-at-top
 
 RTOL = 1e-5
-# "adamw" with adam_bias_correction=True, as the tests parametrize it.
-BIAS_CORRECTED_ADAMW = "adamw_bias_corrected"
 BETA_1 = 0.9
 BETA_2 = 0.999
 EPSILON = 1e-6
@@ -210,22 +210,29 @@ def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite):
     params = {n: initial[n].astype(np.float64) for n in names}
     ms = {n: np.zeros_like(params[n]) for n in names}
     vs = {n: np.zeros_like(params[n]) for n in names}
+    applied = 0  # updates applied: the step number t is applied + 1
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())
       for step in range(num_steps):
         # Alternate small and large gradients: both unclipped and clipped steps.
         scale = 0.05 if step % 2 == 0 else 2.0
         grads = {n: (rng.randn(*params[n].shape) * scale).astype(np.float32) for n in names}
+        overflow = skip_non_finite and step == 2  # an fp16 overflow: the update is skipped
+        if overflow:
+          grads[names[0]].flat[0] = np.inf
         _, norm_value = sess.run([train_op, global_norm],
                                  {grad_phs[n]: grads[n] for n in names})
-
-        clipped, want_norm = np_clip([grads[n].astype(np.float64) for n in names], 1.0)
-        np.testing.assert_allclose(norm_value, want_norm, rtol=RTOL)
-        lr_value = np_learning_rate(step, init_lr, num_train_steps, num_warmup_steps)
-        for n, grad in zip(names, clipped):
-          decay = 0.0 if any(p in n for p in NO_DECAY_PATTERNS) else weight_decay_rate
-          params[n], ms[n], vs[n] = np_update(optimizer, params[n], ms[n], vs[n], grad,
-                                              lr_value, step + 1, decay)
+        if overflow:
+          assert not np.isfinite(norm_value)
+        else:
+          clipped, want_norm = np_clip([grads[n].astype(np.float64) for n in names], 1.0)
+          np.testing.assert_allclose(norm_value, want_norm, rtol=RTOL)
+          lr_value = np_learning_rate(applied, init_lr, num_train_steps, num_warmup_steps)
+          for n, grad in zip(names, clipped):
+            decay = 0.0 if any(p in n for p in NO_DECAY_PATTERNS) else weight_decay_rate
+            params[n], ms[n], vs[n] = np_update(optimizer, params[n], ms[n], vs[n], grad,
+                                                lr_value, applied + 1, decay)
+          applied += 1
 
         got = sess.run({n: (variables[n], slots[n][0], slots[n][1]) for n in names})
         for n in names:
@@ -233,7 +240,7 @@ def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite):
           assert_close(got[n][0], params[n], "param " + where)
           assert_close(got[n][1], ms[n], "adam_m " + where)
           assert_close(got[n][2], vs[n], "adam_v " + where)
-      assert sess.run(global_step) == num_steps
+      assert sess.run(global_step) == applied == num_steps - int(skip_non_finite)
 
 
 def test_radam_rectifier_is_accurate_over_many_steps():
@@ -268,15 +275,15 @@ def test_bias_corrected_adamw_step_constants_match_float64():
   steps = [1, 2, 10, 100, 1000, 100000]
   with tf.Graph().as_default():
     step_ph = tf.placeholder(tf.int64, [])
-    constants = optimization.make_optimizer(
-        "adamw", 0.1, adam_bias_correction=True)._step_constants(step_ph)  # pylint: disable=protected-access
+    optimizer = optimization.make_optimizer("adamw", 0.1, adam_bias_correction=True)
+    constants = optimizer._step_constants(step_ph)  # pylint: disable=protected-access
     with tf.Session() as sess:
       got = [sess.run(constants, {step_ph: t - 1}) for t in steps]
   for t, values in zip(steps, got):
     root = np.sqrt(1.0 - BETA_2 ** t)
     np.testing.assert_allclose(values["step_scale"], root / (1.0 - BETA_1 ** t), rtol=1e-6,
                                err_msg=str(t))
-    np.testing.assert_allclose(values["epsilon"], EPSILON * root, rtol=1e-6, err_msg=str(t))
+    np.testing.assert_allclose(values["scaled_epsilon"], EPSILON * root, rtol=1e-6, err_msg=str(t))
   # Google's uncorrected update is 1 / step_scale times this one: the figures.
   np.testing.assert_allclose([1.0 / got[i]["step_scale"] for i in (0, 2, 3, 4)],
                              [3.1623, 6.5279, 3.2408, 1.2576], rtol=1e-4)

@@ -140,9 +140,32 @@ def test_training_from_scratch_with_googles_adamw_warns_once(tmp_path):
   assert warnings_of("scratch") == 1
   assert warnings_of("corrected", adam_bias_correction=True) == 0
   assert warnings_of("radam", optimizer="radam") == 0
-  # Fine-tuning from a checkpoint of BERT's body (a new head would not matter): no warning.
-  init_checkpoint = tf.train.latest_checkpoint(str(tmp_path / "scratch"))
-  assert warnings_of("fine_tuned", init_checkpoint=init_checkpoint) == 0
+  # Fine-tuning from a checkpoint of BERT's body alone, without pooler or head (as Google's
+  # encoder-only checkpoints come): no warning.
+  body_only = str(tmp_path / "body_only" / "model.ckpt")
+  with tf.Graph().as_default():
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "scratch")))
+    body = [tf.Variable(reader.get_tensor(name), name=name)
+            for name in reader.get_variable_to_shape_map()
+            if name.startswith(("bert/embeddings/", "bert/encoder/")) and "adam_" not in name]
+    with tf.Session() as sess:
+      sess.run(tf.global_variables_initializer())
+      tf.train.Saver(body).save(sess, body_only)
+  assert warnings_of("fine_tuned", init_checkpoint=body_only) == 0
+
+
+@pytest.mark.parametrize("fields, fresh, warns", [
+    ({}, ["bert/encoder/layer_0/output/dense/kernel", "output_weights"], True),
+    ({}, ["bert/embeddings/word_embeddings"], True),
+    # A new head, or a pooler an encoder-only checkpoint lacks, is not the body.
+    ({}, ["output_weights", "output_bias", "bert/pooler/dense/kernel"], False),
+    ({"adam_bias_correction": True}, ["bert/embeddings/word_embeddings"], False),
+    ({"optimizer": "radam"}, ["bert/embeddings/word_embeddings"], False),
+    ({"optimizer": "lamb"}, ["bert/embeddings/word_embeddings"], False),
+])
+def test_the_from_scratch_warning_is_about_the_body_and_googles_adamw(fields, fresh, warns):
+  config = run_settings.JobSettings("out", **fields)
+  assert run_settings.uncorrected_adam_from_scratch(config, fresh) is warns
 
 
 @pytest.mark.parametrize("model_option, message", [
