@@ -11,7 +11,8 @@ Per seed and data set, in this order (so that a grouped run follows its ungroupe
 Ours always with --initializer=normal. The recipe is the issue's: max_seq_length 128, global
 batch 32 (ours 2 towers x 16), lr 5e-4, 10% warmup, 2 epochs.
 
-Each finished run is one JSON line in --results; a run already there is not run again, so an
+--optimizers runs a subset, --learning_rate another peak rate (give it its own --work_dir).
+Each finished run is one JSON line in --work_dir/results.jsonl; a run already there is not run again, so an
 interrupted grid resumes. --report prints the tables from the results alone.
 
   python benchmarks/optimizer_grid.py --tf_python .venv-tf2/bin/python \\
@@ -61,8 +62,13 @@ def parse_args(argv=None):
   p.add_argument("--tf_python", default=sys.executable)
   p.add_argument("--hf_python", help="a python with torch and transformers (no HF runs "
                  "without it)")
+  p.add_argument("--optimizers", nargs="+", default=[name for name, _, _ in OPTIMIZERS],
+                 help="a subset of %s" % ", ".join(name for name, _, _ in OPTIMIZERS))
+  p.add_argument("--learning_rate", default=RECIPE["learning_rate"], help="the peak rate")
   p.add_argument("--report", action="store_true", help="print the tables and stop")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  RECIPE["learning_rate"] = args.learning_rate
+  return args
 
 
 def our_command(args, kind, data_dir, out, seed, flags, grouped):
@@ -122,7 +128,7 @@ def run_grid(args, results_path):
     for spec in args.sets:
       name, kind, data_dir = spec.split(":", 2)
       for optimizer, side, flags in OPTIMIZERS:
-        if side == "hf" and not args.hf_python:
+        if optimizer not in args.optimizers or (side == "hf" and not args.hf_python):
           continue
         for grouped in (False, True):
           if (name, seed, optimizer, grouped) in done:
