@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # Creates (once) the virtualenv for one TensorFlow flavour and prints its python's path.
-#   scripts/setup_env.sh tf2   Python 3.11 (or the newest 3.9+ found) + newest TensorFlow 2.x
-#   scripts/setup_env.sh tf1   Python 3.7 + TensorFlow 1.15.5
+#   scripts/setup_env.sh tf2           Python 3.11 (or the newest 3.9-3.12 found) + newest TF 2.x
+#   scripts/setup_env.sh tf1           Python 3.7 + TensorFlow 1.15.5
+#   scripts/setup_env.sh --check tf1   only finds the base Python (one error line if there is
+#                                      none) and prints it; installs nothing
 # Virtualenvs live in $BERT_MGPU_VENV_DIR (default: the repo root, as .venv-tf2 / .venv-tf1).
 # All install output goes to stderr so that stdout is only the python path.
 set -euo pipefail
+check_only=false
+if [ "${1:-}" = --check ]; then check_only=true; shift; fi
 flavour=${1:-tf2}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv_dir=${BERT_MGPU_VENV_DIR:-$repo}/.venv-$flavour
 
+# find_python MIN MAX CANDIDATE...: the first candidate (a command, or a pyenv version under
+# ~/.pyenv/versions) that runs and whose version is MIN to MAX (major.minor, inclusive).
 find_python() {
-  local candidate
+  local low=$1 high=$2 candidate path
+  shift 2
   for candidate in "$@"; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys' >/dev/null 2>&1; then
-      command -v "$candidate"; return 0
-    fi
-    if [ -x "$HOME/.pyenv/versions/$candidate/bin/python" ]; then
-      echo "$HOME/.pyenv/versions/$candidate/bin/python"; return 0
+    path=$(command -v "$candidate" 2>/dev/null) || path="$HOME/.pyenv/versions/$candidate/bin/python"
+    if [ -x "$path" ] && "$path" -c "import sys; v = sys.version_info[:2]
+sys.exit(0 if $low <= v <= $high else 1)" >/dev/null 2>&1; then
+      echo "$path"; return 0
     fi
   done
   return 1
@@ -24,13 +30,14 @@ find_python() {
 
 case "$flavour" in
   tf2) requirements=requirements.txt
-       base_python=$(find_python python3.11 3.11.7 python3.12 python3.10 python3.9 python3) || {
-         echo "error: no Python 3.9+ found for TensorFlow 2.x; install python3.11 (e.g. 'pyenv install 3.11')" >&2; exit 1; } ;;
+       base_python=$(find_python "(3, 9)" "(3, 12)" python3.11 3.11.7 python3.12 python3.10 python3.9 python3) || {
+         echo "error: TensorFlow 2.x needs Python 3.9 to 3.12, and none was found; install python3.11 (e.g. 'pyenv install 3.11')" >&2; exit 1; } ;;
   tf1) requirements=requirements-tf1.txt
-       base_python=$(find_python python3.7 3.7.16) || {
+       base_python=$(find_python "(3, 7)" "(3, 7)" python3.7 3.7.16) || {
          echo "error: TensorFlow 1.15 needs Python 3.7, which was not found; install it (e.g. 'pyenv install 3.7.16')" >&2; exit 1; } ;;
   *) echo "error: unknown flavour '$flavour': use tf2 or tf1" >&2; exit 2 ;;
 esac
+if $check_only; then echo "$base_python"; exit 0; fi
 
 stamp="$venv_dir/.installed"
 wanted=$(cat "$repo/$requirements" "$repo/requirements-test.txt")

@@ -8,6 +8,15 @@ cd "$repo"
 flavours=(tf2 tf1)
 if [ $# -gt 0 ] && { [ "$1" = tf1 ] || [ "$1" = tf2 ]; }; then flavours=("$1"); shift; fi
 if [ $# -gt 0 ] && [ "$1" = all ]; then shift; fi
+# Every interpreter first, so that a missing Python 3.7 stops the run now, not after the TF 2.x suite.
+for flavour in "${flavours[@]}"; do
+  if ! missing=$(bash scripts/setup_env.sh --check "$flavour" 2>&1 >/dev/null); then
+    hint=""
+    if [ "${#flavours[@]}" -gt 1 ]; then hint="; or run only the TF 2.x tests: bash scripts/test.sh tf2"; fi
+    echo "${missing}${hint}" >&2
+    exit 1
+  fi
+done
 status=0
 for flavour in "${flavours[@]}"; do
   python=$(bash scripts/setup_env.sh "$flavour")

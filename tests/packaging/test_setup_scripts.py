@@ -1,0 +1,85 @@
+# coding=utf-8
+"""scripts/test.sh and scripts/setup_env.sh on a machine that lacks an interpreter: one line
+at once, before any test or install (issue #47)."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from cli import REPO_DIR
+
+BASH = shutil.which("bash")
+
+
+def python_3_9_to_3_12():
+  """The real executable of a Python 3.9-3.12 on this machine (not a pyenv shim), or None."""
+  for name in ("python3.11", "python3.12", "python3.10", "python3.9"):
+    if shutil.which(name) is None:
+      continue
+    result = subprocess.run(
+        [name, "-c", "import sys; print(sys.executable)"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, universal_newlines=True, timeout=60)
+    if result.returncode == 0 and result.stdout.strip():
+      return result.stdout.strip()
+  return None
+
+
+def run_without_python_3_7(tmp_path, *args):
+  """Runs a script with a PATH and HOME in which the only Python is a 3.9-3.12 one, so no
+  Python 3.7 (neither on PATH nor under ~/.pyenv) can be found."""
+  python = python_3_9_to_3_12()
+  if python is None:
+    pytest.skip("no Python 3.9-3.12 here to stand for the TF 2.x interpreter")
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  os.symlink(python, str(bin_dir / "python3.11"))
+  for tool in ("bash", "dirname"):
+    os.symlink(shutil.which(tool), str(bin_dir / tool))
+  home = tmp_path / "home"
+  home.mkdir()
+  env = {"PATH": str(bin_dir), "HOME": str(home),
+         "BERT_MGPU_VENV_DIR": str(tmp_path / "venvs")}
+  return subprocess.run([BASH] + list(args), cwd=REPO_DIR, env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+
+
+def test_test_sh_without_python_3_7_stops_with_one_line_before_any_test(tmp_path):
+  result = run_without_python_3_7(tmp_path, "scripts/test.sh")
+  assert result.returncode == 1
+  assert result.stdout == ""  # no suite started ("=== tests under ..." is never printed)
+  lines = result.stderr.splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith("error: TensorFlow 1.15 needs Python 3.7"), lines[0]
+  assert "pyenv install 3.7.16" in lines[0] and "bash scripts/test.sh tf2" in lines[0]
+  assert not (tmp_path / "venvs").exists()  # nothing was installed
+
+
+def test_setup_env_check_finds_the_interpreter_without_installing(tmp_path):
+  found = run_without_python_3_7(tmp_path, "scripts/setup_env.sh", "--check", "tf2")
+  assert found.returncode == 0, found.stderr
+  assert os.path.realpath(found.stdout.strip()) == os.path.realpath(python_3_9_to_3_12())
+  missing = subprocess.run(
+      [BASH, "scripts/setup_env.sh", "--check", "tf1"], cwd=REPO_DIR,
+      env={"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")},
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+  assert missing.returncode == 1 and missing.stdout == ""
+  assert missing.stderr.count("\n") == 1 and "needs Python 3.7" in missing.stderr
+  assert not (tmp_path / "venvs").exists()
+
+
+def test_setup_env_refuses_a_python_of_the_wrong_version(tmp_path):
+  """A `python3` that is not 3.9-3.12 is not taken for TF 2.x (it was, with no check)."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  fake = bin_dir / "python3"
+  fake.write_text(u"#!/bin/sh\necho 'Python 3.6.15'\nexit 1\n")  # fails the version check
+  fake.chmod(0o755)
+  os.symlink(shutil.which("dirname"), str(bin_dir / "dirname"))
+  result = subprocess.run(
+      [BASH, "scripts/setup_env.sh", "--check", "tf2"], cwd=REPO_DIR,
+      env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+  assert result.returncode == 1 and result.stdout == ""
+  assert "TensorFlow 2.x needs Python 3.9 to 3.12" in result.stderr
