@@ -411,7 +411,7 @@ def define_flags():
   flags.DEFINE_string("layers", "-1,-2,-3,-4", "Encoder layers to output, comma-separated; "
                       "-1 is the last.")
   command_line.define_shared_flags(["bert_config_file", "vocab_file", "init_checkpoint",
-                                    "do_lower_case", "max_seq_length"])
+                                    "do_lower_case", "max_seq_length"], training=False)
   flags.DEFINE_integer("batch_size", 32, "Batch size PER TOWER (Google's: per device); the "
                        "global batch is batch_size x towers.")
   flags.DEFINE_bool("use_one_hot_embeddings", False, "Look up word embeddings with a one-hot "

@@ -71,7 +71,7 @@ _SHARED_FLAGS = collections.OrderedDict([
 ])
 
 
-def define_shared_flags(names, **defaults):
+def define_shared_flags(names, training=True, **defaults):
   """Defines the shared flags `names` (with `defaults` overriding theirs), the device
   flags and the runner's.
 
@@ -79,7 +79,9 @@ def define_shared_flags(names, **defaults):
   modules can be imported together (a flag may be defined once per process).
 
   The runner's flags are the multi-GPU ones and Google's TPU flags; the TPU flags are
-  accepted so that users' command lines parse, and --use_tpu=true is refused.
+  accepted so that users' command lines parse, and --use_tpu=true is refused. With
+  training=False (extract_features.py) only the TPU flags, the inference device flags and
+  --log_steps: a script that trains nothing takes no optimizer, worker or checkpoint flag.
   """
   flags = tf.flags
   definers = {"string": flags.DEFINE_string, "bool": flags.DEFINE_bool,
@@ -95,7 +97,10 @@ def define_shared_flags(names, **defaults):
   flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for Google compatibility; unused.")
   flags.DEFINE_integer("iterations_per_loop", 1000, "Accepted for Google compatibility (TPU "
                        "only); unused.")
-  define_device_flags(training=True)
+  define_device_flags(training=training)
+  flags.DEFINE_integer("log_steps", 100, "Log progress every this many steps.")
+  if not training:
+    return
   flags.DEFINE_integer("random_seed", 12345, "Seed for initialisation, shuffling and dropout.")
   flags.DEFINE_enum("optimizer", "adamw", ["adamw", "radam", "lamb"], "The optimizer.")
   flags.DEFINE_bool("adam_bias_correction", False, "With --optimizer=adamw: correct the bias "
@@ -109,7 +114,6 @@ def define_shared_flags(names, **defaults):
                     "normal and a zero [PAD] embedding row, as transformers' BERT starts "
                     "(docs/PERFORMANCE.md: training from random weights).")
   flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep in output_dir (0: all).")
-  flags.DEFINE_integer("log_steps", 100, "Log progress every this many steps.")
   flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches whose gradients are averaged "
                        "into one update.")
 

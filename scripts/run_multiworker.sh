@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fine-tuning on several machines: one worker process per machine, each on all of its GPUs,
-# gradients all-reduced through TensorFlow's own distributed runtime (README: "Several
+# gradients all-reduced through TensorFlow's own distributed runtime (docs/SCALING.md: "Several
 # machines").
 #
 # On each machine, the same command with that machine's index (0 is the chief, which alone

@@ -420,6 +420,8 @@ def make_bad_cases(model, root):
   add("missing_checkpoint", ["--init_checkpoint=" + missing, "no checkpoint"],
       init_checkpoint=missing)
   add("use_tpu", ["--use_tpu=true"], use_tpu="true")
+  # A training flag: refused as unknown (every training flag was accepted and ignored).
+  add("training_flag", ["optimizer"], optimizer="lamb")
   add("zero_batch", ["--batch_size=0"], batch_size=0)
   small_config = write_text(os.path.join(root, "inputs", "bert_config.json"), json.dumps(
       dict(CONFIG.to_dict(), hidden_size=8)))
@@ -469,7 +471,7 @@ def bad_runs(model, tmp_path_factory):
 @pytest.mark.parametrize("name", [
     "not_utf8", "empty_input", "layer_out_of_range", "layer_too_negative",
     "layer_not_a_number", "missing_input", "missing_vocab", "missing_checkpoint", "use_tpu",
-    "zero_batch", "config_not_the_checkpoints", "checkpoint_lacks_a_layer",
+    "training_flag", "zero_batch", "config_not_the_checkpoints", "checkpoint_lacks_a_layer",
     "write_json_without_pooling", "pooled_without_pooling", "pooled_is_the_output",
     "pooled_is_a_directory", "disk_full", "disk_full_pooled", "disk_full_npy"])
 def test_bad_input_stops_with_one_error_line_and_no_output(bad_runs, name):
