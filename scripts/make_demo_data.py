@@ -1,7 +1,7 @@
 # coding=utf-8
 """Writes the built-in Chinese text classification demo: data, vocab and a tiny config.
 
-The demo (README command 1) fine-tunes a tiny BERT on a fresh CPU-only machine,
+The demo (README command 1) trains a tiny BERT on a fresh CPU-only machine,
 so it needs data that ships with the project: no downloads, no third-party text.
 This script composes short Chinese sentences from hand-written templates and word
 lists in five classes (体育 sports, 财经 finance, 科技 tech, 娱乐 entertainment,
