@@ -5,7 +5,7 @@
 #   BERT_DIR=/data/chinese_L-12_H-768_A-12 DATA_DIR=/data/my_task OUTPUT_DIR=/data/out \
 #   GPUS=0,1,2,3 bash scripts/run_classifier.sh
 # DATA_DIR holds train.tsv, dev.tsv and test.tsv with a header row: label<TAB>text_a (TASK=tsv);
-# see docs/CLASSIFIER.md (Input: tasks and data formats) for csv, jsonl, tnews, iflytek, thucnews
+# see docs/CLASSIFIER.md, "Input: tasks and data formats", for csv, jsonl, tnews, iflytek, thucnews
 # and Google's tasks.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

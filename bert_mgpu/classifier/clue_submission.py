@@ -5,7 +5,7 @@ For a CLUE task, output_dir/<task_name>_predict.json holds one line per test exa
 the order of test.json: {"id": <the example's id as test.json holds it, a JSON integer or
 string>, "label": <the predicted label, spelt as in train.json>}. Where the CLUE 1.1
 leaderboard names the file differently, a copy is written under that name too
-(docs/FORMATS.md, "CLUE tasks").
+(docs/FORMATS.md, "CLUE classification tasks").
 
 No TensorFlow import: the check runs with the other flag checks, before anything is written.
 """

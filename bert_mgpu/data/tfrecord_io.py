@@ -342,8 +342,8 @@ def without_autotune(dataset):
   tune. On TF 2.x its thread sleeps between rounds, for up to 60 s once a job has run a few
   minutes, and destroying the iterator can wait for it to wake: closing the training
   session of an 8-epoch NER job took 17.8 s and 31.1 s in two of six measured runs (gdb:
-  ~IteratorResource waiting for Model::OptimizeLoop; docs/PERFORMANCE.md, "The stall after
-  prediction").
+  ~IteratorResource waiting for Model::OptimizeLoop; docs/experiments/session_close_stall.md,
+  "The stall after prediction").
   """
   options = tf.data.Options()
   if hasattr(options, "autotune"):

@@ -1,7 +1,7 @@
 # coding=utf-8
 """Scoring reading-comprehension predictions: SQuAD's official rules for English (v1.1 and
-v2.0) and CMRC 2018's character-level rules for Chinese. docs/READING_COMPREHENSION.md
-("Scoring") lists where they differ from the official scripts.
+v2.0) and CMRC 2018's character-level rules for Chinese. docs/READING_COMPREHENSION.md (its
+"Scoring" paragraph) lists where they differ from the official scripts.
 """
 
 import collections
