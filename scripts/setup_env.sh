@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Creates (once) the virtualenv for one TensorFlow flavour and prints its python's path.
-#   scripts/setup_env.sh tf2           Python 3.11 (or the newest 3.9-3.12 found) + newest TF 2.x
+#   scripts/setup_env.sh tf2           Python 3.11 (or the newest 3.9-3.12 found) + TF 2.x
 #   scripts/setup_env.sh tf1           Python 3.7 + TensorFlow 1.15.5
+#   scripts/setup_env.sh --tests tf2   the same plus the test and ONNX packages
+#                                      (requirements-test.txt), added to the same virtualenv
 #   scripts/setup_env.sh --check tf1   only finds the base Python (one error line if there is
 #                                      none) and prints it; installs nothing
+# Versions: the exact ones CI ran (constraints-tf2.txt, constraints-tf1.txt); with
+# BERT_MGPU_NEWEST=1, the newest releases the requirements allow.
 # Virtualenvs live in $BERT_MGPU_VENV_DIR (default: the repo root, as .venv-tf2 / .venv-tf1).
 # All install output goes to stderr so that stdout is only the python path.
 set -euo pipefail
 check_only=false
-if [ "${1:-}" = --check ]; then check_only=true; shift; fi
+with_tests=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) check_only=true; shift ;;
+    --tests) with_tests=true; shift ;;
+    *) break ;;
+  esac
+done
 flavour=${1:-tf2}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv_dir=${BERT_MGPU_VENV_DIR:-$repo}/.venv-$flavour
@@ -39,14 +50,28 @@ case "$flavour" in
 esac
 if $check_only; then echo "$base_python"; exit 0; fi
 
+pip_install() {
+  "$venv_dir/bin/python" -m pip install -q ${constraints[@]+"${constraints[@]}"} "$@" >&2
+}
+constraints=(-c "$repo/constraints-$flavour.txt")
+if [ "${BERT_MGPU_NEWEST:-0}" = 1 ]; then constraints=(); fi
+# The runtime first; the tests' packages are added on top, so the demo's environment holds
+# no test or ONNX package and the tests' never makes the demo rebuild it.
 stamp="$venv_dir/.installed"
-wanted=$(cat "$repo/$requirements" "$repo/requirements-test.txt")
+wanted="$(cat "$repo/$requirements") ${constraints[*]:+$(cat "$repo/constraints-$flavour.txt")}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "setting up $venv_dir with $base_python and $requirements ..." >&2
   rm -rf "$venv_dir"
   "$base_python" -m venv "$venv_dir" >&2
   "$venv_dir/bin/python" -m pip install -q --upgrade pip >&2
-  "$venv_dir/bin/python" -m pip install -q -r "$repo/$requirements" -r "$repo/requirements-test.txt" >&2
+  pip_install -r "$repo/$requirements"
   printf '%s' "$wanted" > "$stamp"
+fi
+tests_stamp="$venv_dir/.installed-tests"
+wanted_tests="$wanted $(cat "$repo/requirements-test.txt")"
+if $with_tests && { [ ! -f "$tests_stamp" ] || [ "$(cat "$tests_stamp")" != "$wanted_tests" ]; }; then
+  echo "adding the test packages (requirements-test.txt) to $venv_dir ..." >&2
+  pip_install -r "$repo/$requirements" -r "$repo/requirements-test.txt"
+  printf '%s' "$wanted_tests" > "$tests_stamp"
 fi
 echo "$venv_dir/bin/python"

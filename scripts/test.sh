@@ -19,7 +19,7 @@ for flavour in "${flavours[@]}"; do
 done
 status=0
 for flavour in "${flavours[@]}"; do
-  python=$(bash scripts/setup_env.sh "$flavour")
+  python=$(bash scripts/setup_env.sh --tests "$flavour")
   echo "=== tests under $flavour: $("$python" -c 'import sys, tensorflow as t; print("Python", sys.version.split()[0], "TensorFlow", t.__version__)' 2>/dev/null)"
   start=$(date +%s)
   TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider "$@" tests || status=1

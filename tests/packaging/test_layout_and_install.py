@@ -59,7 +59,7 @@ def source_files():
 
 # The other files the top level holds: the project's own, nothing else.
 PROJECT_FILES = ("README.md", "pyproject.toml", "requirements.txt", "requirements-tf1.txt",
-                 "requirements-test.txt")
+                 "requirements-test.txt", "constraints-tf2.txt", "constraints-tf1.txt")
 
 
 def test_the_top_level_holds_the_design_card_and_the_commands():

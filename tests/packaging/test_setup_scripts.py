@@ -3,6 +3,7 @@
 at once, before any test or install (issue #47)."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -83,3 +84,15 @@ def test_setup_env_refuses_a_python_of_the_wrong_version(tmp_path):
       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
   assert result.returncode == 1 and result.stdout == ""
   assert "TensorFlow 2.x needs Python 3.9 to 3.12" in result.stderr
+
+
+@pytest.mark.parametrize("flavour, tensorflow", [("tf2", "2."), ("tf1", "1.15.")])
+def test_the_constraints_pin_every_package_exactly(flavour, tensorflow):
+  """constraints-<flavour>.txt is a `pip freeze` of CI's environment: name==version lines."""
+  with open(os.path.join(REPO_DIR, "constraints-%s.txt" % flavour), encoding="utf-8") as f:
+    pins = [line for line in f.read().splitlines() if line and not line.startswith("#")]
+  assert pins and all(re.match(r"^[A-Za-z0-9_.\-]+==[^=\s]+$", line) for line in pins), pins
+  names = {line.split("==")[0].lower(): line.split("==")[1] for line in pins}
+  assert names["tensorflow"].startswith(tensorflow) and "numpy" in names
+  with open(os.path.join(REPO_DIR, "scripts", "setup_env.sh"), encoding="utf-8") as f:
+    assert '-c "$repo/constraints-$flavour.txt"' in f.read()
