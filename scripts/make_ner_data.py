@@ -1,7 +1,7 @@
 # coding=utf-8
 """Writes a generated Chinese NER data set in both of run_ner_mgpu.py's formats.
 
-The tests and the README's NER example need data that ships with the project. This
+The tests and the example of docs/NER.md need data that ships with the project. This
 script composes Chinese sentences from hand-written templates with person (PER),
 place (LOC) and organisation (ORG) slots, filled from word lists, and writes into
 --output_dir:

@@ -1,8 +1,8 @@
 # coding=utf-8
 """Writes small SQuAD-format reading-comprehension sets, a vocab and a tiny BERT config.
 
-The tests and the README's SQuAD demo need reading-comprehension data that ship with
-the project: no downloads, no third-party text. This script composes short contexts
+The tests and the SQuAD example of docs/READING_COMPREHENSION.md need reading-comprehension
+data that ship with the project: no downloads, no third-party text. This script composes short contexts
 out of "fact" sentences that each say where one product comes from, e.g.
 
   zh: 茶叶产自普洱。苹果产自烟台。        question: 苹果产自哪里？  answer: 烟台

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (once) the virtualenv for one TensorFlow flavour and prints its python's path.
-#   scripts/setup_env.sh tf2           Python 3.11 (or the newest 3.9-3.12 found) + TF 2.x
+#   scripts/setup_env.sh tf2           Python 3.11 (else 3.12, 3.13) + TF 2.x
 #   scripts/setup_env.sh tf1           Python 3.7 + TensorFlow 1.15.5
 #   scripts/setup_env.sh --tests tf2   the same plus the test and ONNX packages
 #                                      (requirements-test.txt), added to the same virtualenv
@@ -13,14 +13,14 @@
 set -euo pipefail
 check_only=false
 with_tests=false
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --check) check_only=true; shift ;;
-    --tests) with_tests=true; shift ;;
-    *) break ;;
+flavour=tf2
+for arg in "$@"; do
+  case "$arg" in
+    --check) check_only=true ;;
+    --tests) with_tests=true ;;
+    *) flavour=$arg ;;
   esac
 done
-flavour=${1:-tf2}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv_dir=${BERT_MGPU_VENV_DIR:-$repo}/.venv-$flavour
 
@@ -41,8 +41,11 @@ sys.exit(0 if $low <= v <= $high else 1)" >/dev/null 2>&1; then
 
 case "$flavour" in
   tf2) requirements=requirements.txt
-       base_python=$(find_python "(3, 9)" "(3, 12)" python3.11 3.11.7 python3.12 python3.10 python3.9 python3) || {
-         echo "error: TensorFlow 2.x needs Python 3.9 to 3.12, and none was found; install python3.11 (e.g. 'pyenv install 3.11')" >&2; exit 1; } ;;
+       # The tested versions (numpy 2.4, keras 3.15, onnxruntime 1.32) need Python 3.11+.
+       lowest="(3, 11)"; lowest_name=3.11
+       if [ "${BERT_MGPU_NEWEST:-0}" = 1 ]; then lowest="(3, 9)"; lowest_name=3.9; fi
+       base_python=$(find_python "$lowest" "(3, 13)" python3.11 3.11.7 python3.12 python3.13 python3.10 python3.9 python3) || {
+         echo "error: TensorFlow 2.x needs Python $lowest_name to 3.13 (constraints-tf2.txt's versions; BERT_MGPU_NEWEST=1 takes 3.9+), and none was found; install python3.11 (e.g. 'pyenv install 3.11')" >&2; exit 1; } ;;
   tf1) requirements=requirements-tf1.txt
        base_python=$(find_python "(3, 7)" "(3, 7)" python3.7 3.7.16) || {
          echo "error: TensorFlow 1.15 needs Python 3.7, which was not found; install it (e.g. 'pyenv install 3.7.16')" >&2; exit 1; } ;;

@@ -14,9 +14,9 @@ from cli import REPO_DIR
 BASH = shutil.which("bash")
 
 
-def python_3_9_to_3_12():
-  """The real executable of a Python 3.9-3.12 on this machine (not a pyenv shim), or None."""
-  for name in ("python3.11", "python3.12", "python3.10", "python3.9"):
+def python_for_tf2():
+  """The real executable of a Python 3.11-3.13 on this machine (not a pyenv shim), or None."""
+  for name in ("python3.11", "python3.12", "python3.13"):
     if shutil.which(name) is None:
       continue
     result = subprocess.run(
@@ -28,11 +28,11 @@ def python_3_9_to_3_12():
 
 
 def run_without_python_3_7(tmp_path, *args):
-  """Runs a script with a PATH and HOME in which the only Python is a 3.9-3.12 one, so no
+  """Runs a script with a PATH and HOME in which the only Python is a 3.11-3.13 one, so no
   Python 3.7 (neither on PATH nor under ~/.pyenv) can be found."""
-  python = python_3_9_to_3_12()
+  python = python_for_tf2()
   if python is None:
-    pytest.skip("no Python 3.9-3.12 here to stand for the TF 2.x interpreter")
+    pytest.skip("no Python 3.11-3.13 here to stand for the TF 2.x interpreter")
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
   os.symlink(python, str(bin_dir / "python3.11"))
@@ -43,7 +43,7 @@ def run_without_python_3_7(tmp_path, *args):
   env = {"PATH": str(bin_dir), "HOME": str(home),
          "BERT_MGPU_VENV_DIR": str(tmp_path / "venvs")}
   return subprocess.run([BASH] + list(args), cwd=REPO_DIR, env=env, stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+                        stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
 
 
 def test_test_sh_without_python_3_7_stops_with_one_line_before_any_test(tmp_path):
@@ -58,9 +58,9 @@ def test_test_sh_without_python_3_7_stops_with_one_line_before_any_test(tmp_path
 
 
 def test_setup_env_check_finds_the_interpreter_without_installing(tmp_path):
-  found = run_without_python_3_7(tmp_path, "scripts/setup_env.sh", "--check", "tf2")
+  found = run_without_python_3_7(tmp_path, "scripts/setup_env.sh", "tf2", "--check")
   assert found.returncode == 0, found.stderr
-  assert os.path.realpath(found.stdout.strip()) == os.path.realpath(python_3_9_to_3_12())
+  assert os.path.realpath(found.stdout.strip()) == os.path.realpath(python_for_tf2())
   missing = subprocess.run(
       [BASH, "scripts/setup_env.sh", "--check", "tf1"], cwd=REPO_DIR,
       env={"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path / "home")},
@@ -71,7 +71,8 @@ def test_setup_env_check_finds_the_interpreter_without_installing(tmp_path):
 
 
 def test_setup_env_refuses_a_python_of_the_wrong_version(tmp_path):
-  """A `python3` that is not 3.9-3.12 is not taken for TF 2.x (it was, with no check)."""
+  """A `python3` older than the tested versions allow is not taken for TF 2.x (it was, with no
+  check)."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
   fake = bin_dir / "python3"
@@ -83,7 +84,7 @@ def test_setup_env_refuses_a_python_of_the_wrong_version(tmp_path):
       env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
   assert result.returncode == 1 and result.stdout == ""
-  assert "TensorFlow 2.x needs Python 3.9 to 3.12" in result.stderr
+  assert "TensorFlow 2.x needs Python 3.11 to 3.13" in result.stderr
 
 
 @pytest.mark.parametrize("flavour, tensorflow", [("tf2", "2."), ("tf1", "1.15.")])
