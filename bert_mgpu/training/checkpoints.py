@@ -89,12 +89,12 @@ def set_up_init_checkpoint(config):
   """Initialises a new run (a RunConfig) from --init_checkpoint, or logs that training starts
   from scratch; warns when BERT's body starts from random weights under Google's uncorrected
   AdamW (run_settings.FROM_SCRATCH_WARNING)."""
-  missing = [v.op.name for v in _trainable_saveables()]
   if config.init_checkpoint:
     missing = init_from_checkpoint(config.init_checkpoint)
     tf.logging.info("Initialised from --init_checkpoint=%s; not in it, so freshly "
                     "initialised: %s", config.init_checkpoint, ", ".join(missing) or "nothing")
   else:
+    missing = [v.op.name for v in _trainable_saveables()]
     tf.logging.info("No checkpoint in %s and no --init_checkpoint: training from scratch.",
                     config.output_dir)
   if run_settings.uncorrected_adam_from_scratch(config, missing):
