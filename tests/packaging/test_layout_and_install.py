@@ -202,6 +202,28 @@ def test_the_limits_see_the_package_and_the_scripts():
     assert expected.replace("/", os.sep) in paths
 
 
+# Committed test data (models, inputs, golden outputs): only in these folders, and small.
+TEST_DATA_DIRS = (os.path.join("tests", "serving", "golden"),)
+TEST_DATA_LIMIT = 1000 * 1000  # bytes, all folders together
+
+
+def test_test_data_stays_in_its_folders_and_small():
+  """tests/ holds Python files; anything else lives in TEST_DATA_DIRS, within the limit, so
+  that no stray output of a test run and no large model gets committed by mistake."""
+  stray, total = [], 0
+  for root, dirs, files in os.walk(os.path.join(REPO_DIR, "tests")):
+    dirs[:] = [d for d in dirs if d != "__pycache__" and not d.startswith(".")]
+    for name in files:
+      path = os.path.relpath(os.path.join(root, name), REPO_DIR)
+      if any(path.startswith(folder + os.sep) for folder in TEST_DATA_DIRS):
+        total += os.path.getsize(os.path.join(REPO_DIR, path))
+      elif not name.endswith(".py"):
+        stray.append(path)
+  assert not stray, "test data outside %s: %s" % (", ".join(TEST_DATA_DIRS), ", ".join(stray))
+  assert 0 < total <= TEST_DATA_LIMIT, "%d bytes of test data (at most %d)" % (
+      total, TEST_DATA_LIMIT)
+
+
 def test_no_test_file_imports_another():
   """Shared code lives in tests/helpers/ and shared fixtures in tests/conftest.py. A test
   file is importable only once pytest has put its own folder on sys.path, so an import of
