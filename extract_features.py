@@ -27,6 +27,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
+from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.data import output_files
 from bert_mgpu.data import text_files
@@ -475,7 +476,7 @@ def check_flags():
     (BertConfig, checked DeviceSettings, the layer indexes, JSON path or None, .npy path
     or None).
   """
-  command_line.require_file("input_file", FLAGS.input_file)
+  bert_files.require_file("input_file", FLAGS.input_file)
   if not FLAGS.init_checkpoint:
     raise UsageError("--init_checkpoint is required, e.g. "
                      "chinese_L-12_H-768_A-12/bert_model.ckpt.")
@@ -488,7 +489,7 @@ def check_flags():
     if os.path.exists(path) and os.path.samefile(path, FLAGS.input_file):
       raise UsageError("--%s=%s is the --input_file: give another path." % (flag_name, path))
   command_line.check_run_flags(positive_flag_names=("batch_size",))
-  bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  bert_config = bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
   devices = command_line.device_settings().check()
   return bert_config, devices, layer_indexes, json_path, pooled_path
@@ -496,8 +497,8 @@ def check_flags():
 
 def main(_):
   bert_config, devices, layer_indexes, json_path, pooled_path = check_flags()
-  tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                          FLAGS.bert_config_file)
+  tokenizer = bert_files.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                                        FLAGS.bert_config_file)
   featurizing.check_featurizing_inputs(FLAGS.max_seq_length, FLAGS.vocab_file)
   features = convert_lines(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length)
   batch_size = FLAGS.batch_size * devices.num_towers

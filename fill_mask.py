@@ -41,6 +41,7 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.data import output_files
 from bert_mgpu.data import text_files
@@ -399,14 +400,14 @@ def check_flags():
   Returns:
     (BertConfig, checked DeviceSettings, checkpoint prefix, FullTokenizer).
   """
-  command_line.require_file("input_file", FLAGS.input_file)
+  bert_files.require_file("input_file", FLAGS.input_file)
   command_line.output_directory(FLAGS.output_file)
   if os.path.exists(FLAGS.output_file) and os.path.samefile(FLAGS.output_file,
                                                             FLAGS.input_file):
     raise UsageError("--output_file=%s is the --input_file: give another path."
                      % FLAGS.output_file)
   command_line.check_positive(("batch_size", "top_k"))
-  bert_config = command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  bert_config = bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
   if FLAGS.top_k > bert_config.vocab_size:
     raise UsageError("--top_k=%d: the vocab has only %d tokens." %
                      (FLAGS.top_k, bert_config.vocab_size))
@@ -414,8 +415,8 @@ def check_flags():
     raise UsageError("--blank_marker=%r: give one or more characters, no whitespace or tab."
                      % FLAGS.blank_marker)
   checkpoint = resolve_checkpoint(FLAGS.init_checkpoint)
-  tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                          FLAGS.bert_config_file)
+  tokenizer = bert_files.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                                        FLAGS.bert_config_file)
   if tokenization.missing_special_token(tokenizer.vocab, (MASK_TOKEN,)):
     raise UsageError("%s has no [MASK] token: use the vocab.txt of a BERT model."
                      % FLAGS.vocab_file)

@@ -26,6 +26,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
@@ -78,7 +79,7 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
-  return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  return bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def settings_from_flags(export_format):

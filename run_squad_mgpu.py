@@ -19,6 +19,7 @@ import math
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.squad import task as squad_task
@@ -71,9 +72,9 @@ def check_flags():
   if not (FLAGS.do_train or FLAGS.do_predict):
     raise UsageError("Nothing to do: pass --do_train and/or --do_predict.")
   if FLAGS.do_train:
-    command_line.require_file("train_file", FLAGS.train_file)
+    bert_files.require_file("train_file", FLAGS.train_file)
   if FLAGS.do_predict:
-    command_line.require_file("predict_file", FLAGS.predict_file)
+    bert_files.require_file("predict_file", FLAGS.predict_file)
   command_line.check_run_flags(("doc_stride", "max_query_length", "n_best_size",
                                 "max_answer_length"))
   if not math.isfinite(FLAGS.null_score_diff_threshold):
@@ -85,7 +86,7 @@ def check_flags():
                      "above %d or lower --max_query_length." %
                      (FLAGS.max_seq_length, FLAGS.max_query_length,
                       FLAGS.max_query_length + 3))
-  return command_line.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
+  return bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def settings_from_flags():
@@ -101,8 +102,8 @@ def settings_from_flags():
 
 def main(_):
   bert_config = check_flags()
-  tokenizer = command_line.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                          FLAGS.bert_config_file)
+  tokenizer = bert_files.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
+                                        FLAGS.bert_config_file)
   job.run_job(squad_task.SquadTask(command_line.job_settings(), settings_from_flags(), bert_config,
                                    tokenizer))
 

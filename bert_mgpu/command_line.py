@@ -11,13 +11,13 @@ else takes the settings built here.
   check_positive(), output_directory(): the checks that need no file but the init
   checkpoint; then run_settings.make_run_config() makes the device check. All run before
   anything is written.
-- load_bert_config(), load_tokenizer(), require_file(): the model files, checked.
 - run_main(): strict parsing (a misspelt flag is an error, not ignored), and one line on
   stderr for a UsageError or a preemption instead of a traceback.
 
 What needs no TensorFlow (the strict parsing and run_main's one-line failures, the inference
-device flags, the tokenizer check) is command_line_base.py, which predict_text.py
---backend=onnxruntime uses alone.
+device flags) is command_line_base.py, which predict_text.py --backend=onnxruntime uses
+alone. The model files (bert_config.json, vocab.txt) are loaded and checked by
+bert_mgpu/bert_files.py, which takes values, not flags.
 """
 
 import collections
@@ -343,16 +343,6 @@ def refuse_unread_flags(unread, flag_values=None):
                                              unread[name]))
 
 
-def require_file(flag_name, path):
-  """Raises UsageError unless the file flag `flag_name` is set to an existing path."""
-  if not path:
-    raise UsageError("--%s is required." % flag_name)
-  if not tf.gfile.Exists(path):
-    raise UsageError("--%s=%s: no such file. Check the path." % (flag_name, path))
-  if tf.gfile.IsDirectory(path):
-    raise UsageError("--%s=%s is a directory: give the file itself." % (flag_name, path))
-
-
 def output_directory(path, flag_name="output_file"):
   """Checks an output file flag before any work; returns its directory (may not exist yet).
 
@@ -374,34 +364,6 @@ def output_directory(path, flag_name="output_file"):
   if not os.path.isdir(parent):
     raise UsageError("%s: %s is a file, not a directory." % (flag, parent))
   return directory
-
-
-def load_bert_config(config_file, max_seq_length):
-  """Reads bert_config.json and checks max_seq_length against it. Raises UsageError."""
-  require_file("bert_config_file", config_file)
-  try:
-    bert_config = modeling.BertConfig.from_json_file(config_file)
-  except ValueError as e:
-    raise UsageError(str(e))
-  if max_seq_length > bert_config.max_position_embeddings:
-    raise UsageError(
-        "--max_seq_length=%d is longer than max_position_embeddings=%d in %s: use "
-        "--max_seq_length=%d or less." % (max_seq_length, bert_config.max_position_embeddings,
-                                          config_file, bert_config.max_position_embeddings))
-  return bert_config
-
-
-def load_tokenizer(vocab_file, do_lower_case, bert_config, bert_config_file,
-                   literal_special_tokens=False):
-  """The FullTokenizer of `vocab_file`, checked against the config's vocab_size.
-
-  Raises:
-    UsageError: the vocab file is missing or unreadable, lacks [CLS], [SEP] or [UNK], or
-      has more lines than the model's vocab.
-  """
-  require_file("vocab_file", vocab_file)
-  return command_line_base.checked_tokenizer(vocab_file, do_lower_case, bert_config.vocab_size,
-                                             bert_config_file, literal_special_tokens)
 
 
 def run_main(main, argv=None):

@@ -1,6 +1,6 @@
 # coding=utf-8
 """The part of the command line that needs no TensorFlow: strict flag parsing, main() with
-one-line failures, the log, the inference device flags and the checked tokenizer.
+one-line failures, the log and the inference device flags.
 
 predict_text.py --backend=onnxruntime runs on a serving machine with NumPy, ONNX Runtime and
 absl-py only, so it imports this module and never command_line.py (which builds on it and
@@ -16,9 +16,10 @@ import sys
 from absl import app as absl_app
 from absl import flags as absl_flags
 
+# serving/onnx_predictor.py still calls it here; it moved to bert_files.py (#42).
+from bert_mgpu.bert_files import checked_tokenizer  # pylint: disable=unused-import
 from bert_mgpu.errors import Preempted, UsageError
 from bert_mgpu.training import phases
-import tokenization
 
 FLAGS = absl_flags.FLAGS
 
@@ -67,34 +68,6 @@ def check_positive(names=(), flag_values=None):
     value = flag_value(flag_values, name)
     if value is not None and value < 1:
       raise UsageError("--%s=%d: it must be at least 1." % (name, value))
-
-
-def checked_tokenizer(vocab_file, do_lower_case, vocab_size, bert_config_file,
-                      literal_special_tokens=False):
-  """The FullTokenizer of an existing `vocab_file`, checked against the config's vocab_size.
-
-  Raises:
-    UsageError: the vocab file is unreadable, lacks [CLS], [SEP] or [UNK], or has more
-      lines than the model's vocab.
-  """
-  try:
-    tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case,
-                                           literal_special_tokens=literal_special_tokens)
-  except ValueError as e:
-    raise UsageError(str(e))
-  missing = tokenization.missing_special_token(tokenizer.vocab)
-  if missing:
-    raise UsageError("%s has no %s token: use the vocab.txt that came with the checkpoint."
-                     % (vocab_file, missing))
-  # Ids are line numbers: a token listed twice makes the lines outnumber the tokens, and
-  # an id at or past vocab_size is out of the embedding table.
-  num_ids = max(tokenizer.vocab.values()) + 1 if tokenizer.vocab else 0
-  if num_ids > vocab_size:
-    raise UsageError(
-        "%s has %d tokens (one per line, ids 0-%d) but vocab_size is %d in %s: the vocab "
-        "and the config belong to different models. Use the vocab.txt that came with the "
-        "checkpoint." % (vocab_file, num_ids, num_ids - 1, vocab_size, bert_config_file))
-  return tokenizer
 
 
 # ---------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from bert_mgpu.classifier import multi_label
 from bert_mgpu.classifier import predictions
 from bert_mgpu.classifier import records
 from bert_mgpu.classifier import task_registry
-from bert_mgpu import command_line
+from bert_mgpu import bert_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.serving import export
 from bert_mgpu.serving import onnx_export
@@ -138,9 +138,9 @@ class ClassifierTask(job.Task):
 
   def read_inputs(self):
     s = self.settings
-    self.bert_config = command_line.load_bert_config(s.bert_config_file, s.max_seq_length)
-    command_line.load_tokenizer(s.vocab_file, s.do_lower_case, self.bert_config,
-                                s.bert_config_file, s.literal_special_tokens)
+    self.bert_config = bert_files.load_bert_config(s.bert_config_file, s.max_seq_length)
+    bert_files.load_tokenizer(s.vocab_file, s.do_lower_case, self.bert_config,
+                              s.bert_config_file, s.literal_special_tokens)
     featurizing.check_featurizing_inputs(s.max_seq_length, s.vocab_file)
     self.processor = task_registry.get_processor(
         s.task_name, s.label_separator if s.multi_label else None)
@@ -285,8 +285,8 @@ def export_model(settings, output_dir, export_dir):
   files = model_files.classifier_files_to_export(output_dir, settings.vocab_file,
                                                 settings.bert_config_file,
                                                 settings.model_settings())
-  bert_config = command_line.load_bert_config(files.bert_config_file,
-                                              files.settings["max_seq_length"])
+  bert_config = bert_files.load_bert_config(files.bert_config_file,
+                                            files.settings["max_seq_length"])
   checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None,
                                                          best_subdir=checkpoints.BEST_SUBDIR)
   classifier_model.check_head(checkpoint, bool(files.settings.get("multi_label", False)))

@@ -17,7 +17,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import command_line
+from bert_mgpu import bert_files
 from bert_mgpu.data import length_grouping
 from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
@@ -89,8 +89,8 @@ class NerTask(job.Task):
 
   def read_inputs(self):
     s = self.settings
-    self.tokenizer = command_line.load_tokenizer(s.vocab_file, s.do_lower_case,
-                                                 self.bert_config, s.bert_config_file)
+    self.tokenizer = bert_files.load_tokenizer(s.vocab_file, s.do_lower_case,
+                                               self.bert_config, s.bert_config_file)
     split_names = [name for name, wanted in (("train", self.job_settings.do_train),
                                              ("dev", s.do_eval), ("test", s.do_predict))
                    if wanted]

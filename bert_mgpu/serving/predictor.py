@@ -8,7 +8,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import command_line
+from bert_mgpu import bert_files
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export
@@ -35,8 +35,8 @@ Fields:
 def load_model(files, checkpoint, description):
   """A LoadedModel of checked model files and the weights to use."""
   max_seq_length = files.settings["max_seq_length"]
-  bert_config = command_line.load_bert_config(files.bert_config_file, max_seq_length)
-  tokenizer = command_line.load_tokenizer(
+  bert_config = bert_files.load_bert_config(files.bert_config_file, max_seq_length)
+  tokenizer = bert_files.load_tokenizer(
       files.vocab_file, files.settings["do_lower_case"], bert_config, files.bert_config_file,
       literal_special_tokens=bool(files.settings.get("literal_special_tokens", False)))
   return LoadedModel(files, bert_config, tokenizer, checkpoint, description)

@@ -22,6 +22,7 @@ TF_FREE_MODULES = [
     "predict_text",
     "tokenization",
     "bert_mgpu.command_line_base",
+    "bert_mgpu.bert_files",
     "bert_mgpu.serving.model_files",
     "bert_mgpu.serving.model_inputs",
     "bert_mgpu.serving.export_versions",
