@@ -26,7 +26,6 @@ import os
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
@@ -70,16 +69,15 @@ def define_flags():
 # ---------------------------------------------------------------------------
 
 def check_flags():
-  """Validates flags and files before anything is written. Returns the BertConfig (None
-  when only exporting: the config then comes from output_dir)."""
+  """Validates the flags before anything is written (the model and data files are checked
+  when the job reads them)."""
   if command_line.check_actions(("data_dir",)):
     command_line.check_run_flags()
-    return None
+    return
   if not os.path.isdir(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
-  return bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def settings_from_flags(export_format):
@@ -95,12 +93,11 @@ def settings_from_flags(export_format):
 
 def main(_):
   export_format = command_line.export_format()  # first: refused before anything else runs
-  bert_config = check_flags()
+  check_flags()
   if command_line.export_only():
     ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir, export_format)
     return
-  task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(export_format),
-                          bert_config)
+  task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(export_format))
   job.run_job(task, FLAGS.export_dir)
 
 

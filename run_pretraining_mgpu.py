@@ -22,7 +22,6 @@ usual choice for large global batches.
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.pretraining import task as pretraining_task
@@ -69,10 +68,9 @@ def check_flags():
 
 
 def settings_from_flags():
-  """The PretrainingSettings of the flags, with bert_config.json read and checked."""
+  """The PretrainingSettings of the flags."""
   return pretraining_task.PretrainingSettings(
-      bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length),
-      FLAGS.input_file, max_seq_length=FLAGS.max_seq_length,
+      FLAGS.bert_config_file, FLAGS.input_file, max_seq_length=FLAGS.max_seq_length,
       max_predictions_per_seq=FLAGS.max_predictions_per_seq,
       max_eval_steps=FLAGS.max_eval_steps, do_eval=FLAGS.do_eval)
 

@@ -68,7 +68,8 @@ def define_flags():
 # ---------------------------------------------------------------------------
 
 def check_flags():
-  """Validates flags and files before anything is written. Returns the BertConfig."""
+  """Validates flags and files before anything is written (the model files are checked when
+  the job reads them)."""
   if not (FLAGS.do_train or FLAGS.do_predict):
     raise UsageError("Nothing to do: pass --do_train and/or --do_predict.")
   if FLAGS.do_train:
@@ -86,14 +87,15 @@ def check_flags():
                      "above %d or lower --max_query_length." %
                      (FLAGS.max_seq_length, FLAGS.max_query_length,
                       FLAGS.max_query_length + 3))
-  return bert_files.load_bert_config(FLAGS.bert_config_file, FLAGS.max_seq_length)
 
 
 def settings_from_flags():
   """The SquadSettings of the flags."""
   return squad_task.SquadSettings(
       train_file=FLAGS.train_file, predict_file=FLAGS.predict_file,
-      do_predict=FLAGS.do_predict, max_seq_length=FLAGS.max_seq_length,
+      bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
+      do_lower_case=FLAGS.do_lower_case, do_predict=FLAGS.do_predict,
+      max_seq_length=FLAGS.max_seq_length,
       doc_stride=FLAGS.doc_stride, max_query_length=FLAGS.max_query_length,
       n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
       version_2_with_negative=FLAGS.version_2_with_negative,
@@ -101,11 +103,8 @@ def settings_from_flags():
 
 
 def main(_):
-  bert_config = check_flags()
-  tokenizer = bert_files.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, bert_config,
-                                        FLAGS.bert_config_file)
-  job.run_job(squad_task.SquadTask(command_line.job_settings(), settings_from_flags(), bert_config,
-                                   tokenizer))
+  check_flags()
+  job.run_job(squad_task.SquadTask(command_line.job_settings(), settings_from_flags()))
 
 
 if __name__ == "__main__":

@@ -129,8 +129,7 @@ class ClassifierTask(job.Task):
   """
 
   def __init__(self, job_settings, settings):
-    super(ClassifierTask, self).__init__(job_settings)
-    self.settings = settings
+    super(ClassifierTask, self).__init__(job_settings, settings)
     self.bert_config = None
     self.processor = None
     self.splits, self.label_list = None, None

@@ -76,19 +76,21 @@ class NerTask(job.Task):
   Args:
     job_settings: run_settings.JobSettings of the run.
     settings: NerSettings.
+
+  Attributes (once read_inputs() has run):
     bert_config: the modeling.BertConfig, checked against max_seq_length.
+    tokenizer: the FullTokenizer, checked against bert_config.
   """
 
-  def __init__(self, job_settings, settings, bert_config):
-    super(NerTask, self).__init__(job_settings)
-    self.settings = settings
-    self.bert_config = bert_config
-    self.tokenizer = None
+  def __init__(self, job_settings, settings):
+    super(NerTask, self).__init__(job_settings, settings)
+    self.bert_config = self.tokenizer = None
     self.splits = None  # split name -> ner_splits.Split
     self.data_format = self.label_list = self.scheme = None
 
   def read_inputs(self):
     s = self.settings
+    self.bert_config = bert_files.load_bert_config(s.bert_config_file, s.max_seq_length)
     self.tokenizer = bert_files.load_tokenizer(s.vocab_file, s.do_lower_case,
                                                self.bert_config, s.bert_config_file)
     split_names = [name for name, wanted in (("train", self.job_settings.do_train),

@@ -11,6 +11,7 @@ global batches of the input files, and no best/ checkpoint is kept.
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu import bert_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.pretraining import model
 from bert_mgpu.pretraining import records
@@ -20,20 +21,20 @@ from bert_mgpu.training import runner
 
 
 class PretrainingSettings(object):
-  """The pretraining options of a run (run_pretraining_mgpu.pretraining_settings builds it
+  """The pretraining options of a run (run_pretraining_mgpu.settings_from_flags builds it
   from the flags).
 
   Attributes:
-    bert_config: BertConfig, checked against max_seq_length.
+    bert_config_file: bert_config.json of the model to train.
     input_file: comma-separated globs or directories of TFRecord files (--input_file).
     max_seq_length, max_predictions_per_seq: the lengths the records must have.
     max_eval_steps: the most global eval batches.
     do_eval: whether to evaluate (at each checkpoint when training, and at the end).
   """
 
-  def __init__(self, bert_config, input_file, max_seq_length=128, max_predictions_per_seq=20,
-               max_eval_steps=100, do_eval=False):
-    self.bert_config = bert_config
+  def __init__(self, bert_config_file, input_file, max_seq_length=128,
+               max_predictions_per_seq=20, max_eval_steps=100, do_eval=False):
+    self.bert_config_file = bert_config_file
     self.input_file = input_file
     self.max_seq_length = max_seq_length
     self.max_predictions_per_seq = max_predictions_per_seq
@@ -76,20 +77,24 @@ class PretrainingTask(job.Task):
 
   Attributes:
     settings: PretrainingSettings.
+    bert_config: the modeling.BertConfig, checked against max_seq_length (read_inputs()).
     input_files: list of the TFRecord files (read_inputs()).
     next_sentence: bool, whether they hold next_sentence_labels (read_inputs()).
   """
 
   def __init__(self, job_settings, settings):
-    super(PretrainingTask, self).__init__(job_settings)
-    self.settings = settings
+    super(PretrainingTask, self).__init__(job_settings, settings)
+    self.bert_config = None
     self.input_files = None
     self.next_sentence = None
 
   def read_inputs(self):
-    """Finds the input files and checks their first records against the lengths; all must
-    agree on whether they hold next_sentence_labels. Raises UsageError."""
+    """Reads bert_config.json, finds the input files and checks their first records against
+    the lengths; all must agree on whether they hold next_sentence_labels. Raises
+    UsageError."""
     settings = self.settings
+    self.bert_config = bert_files.load_bert_config(settings.bert_config_file,
+                                                   settings.max_seq_length)
     self.input_files = tfrecord_io.expand_input_files(settings.input_file, ".tfrecord")
     self.next_sentence = records.records_task(self.input_files, settings.max_seq_length,
                                               settings.max_predictions_per_seq)
@@ -115,7 +120,7 @@ class PretrainingTask(job.Task):
                       "training the masked LM alone, without a next-sentence head.")
 
   def make_model_fn(self):
-    return model.create_model_fn(self.settings.bert_config, self.next_sentence)
+    return model.create_model_fn(self.bert_config, self.next_sentence)
 
   def _feature_spec(self):
     return records.input_feature_spec(self.settings.max_seq_length,

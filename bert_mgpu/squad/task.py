@@ -17,6 +17,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu import bert_files
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
@@ -34,6 +35,7 @@ class SquadSettings(object):
 
   Attributes:
     train_file, predict_file: SQuAD-format JSON (None when not training / predicting).
+    bert_config_file, vocab_file, do_lower_case: the pre-trained model's files.
     do_predict: predict predict_file (and score it when it has answers).
     max_seq_length, doc_stride, max_query_length: the windows (word pieces).
     n_best_size, max_answer_length: the answers kept per question, their longest length.
@@ -42,12 +44,15 @@ class SquadSettings(object):
     scoring: "auto", "squad" or "cmrc2018": the rules of eval_results.txt.
   """
 
-  def __init__(self, train_file=None, predict_file=None, do_predict=False,
-               max_seq_length=384, doc_stride=128, max_query_length=64, n_best_size=20,
-               max_answer_length=30, version_2_with_negative=False,
-               null_score_diff_threshold=0.0, scoring="auto"):
+  def __init__(self, train_file=None, predict_file=None, bert_config_file=None,
+               vocab_file=None, do_lower_case=True, do_predict=False, max_seq_length=384,
+               doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30,
+               version_2_with_negative=False, null_score_diff_threshold=0.0, scoring="auto"):
     self.train_file = train_file
     self.predict_file = predict_file
+    self.bert_config_file = bert_config_file
+    self.vocab_file = vocab_file
+    self.do_lower_case = do_lower_case
     self.do_predict = do_predict
     self.max_seq_length = max_seq_length
     self.doc_stride = doc_stride
@@ -122,15 +127,15 @@ class SquadTask(job.Task):
   Args:
     job_settings: run_settings.JobSettings.
     settings: SquadSettings.
-    bert_config: BertConfig, checked.
+
+  Attributes (once read_inputs() has run):
+    bert_config: the modeling.BertConfig, checked against max_seq_length.
     tokenizer: the FullTokenizer, checked against bert_config.
   """
 
-  def __init__(self, job_settings, settings, bert_config, tokenizer):
-    super(SquadTask, self).__init__(job_settings)
-    self.settings = settings
-    self.bert_config = bert_config
-    self.tokenizer = tokenizer
+  def __init__(self, job_settings, settings):
+    super(SquadTask, self).__init__(job_settings, settings)
+    self.bert_config = self.tokenizer = None
     self.train_examples = []
     self.predict_examples = []
     self.train_record = None  # written by featurize() (write_windows) when there is training to do
@@ -145,6 +150,10 @@ class SquadTask(job.Task):
 
   def read_inputs(self):
     settings = self.settings
+    self.bert_config = bert_files.load_bert_config(settings.bert_config_file,
+                                                   settings.max_seq_length)
+    self.tokenizer = bert_files.load_tokenizer(settings.vocab_file, settings.do_lower_case,
+                                               self.bert_config, settings.bert_config_file)
     if self.job_settings.do_train:
       self.train_examples, _ = squad_data.read_squad_examples(
           settings.train_file, True, settings.version_2_with_negative)

@@ -34,12 +34,17 @@ from bert_mgpu.training import runner
 class Task(object):
   """What a task tells the job. The defaults do nothing; a unit overrides what it needs.
 
+  Every unit is constructed alike, as Unit(job_settings, settings), and reads its files
+  (the BERT config and vocab among them: bert_mgpu/bert_files.py) in read_inputs.
+
   Attributes:
     job_settings: run_settings.JobSettings of the run (output_dir, do_train, batch sizes...).
+    settings: the unit's own options (its settings class: paths, lengths, flags' values).
   """
 
-  def __init__(self, job_settings):
+  def __init__(self, job_settings, settings):
     self.job_settings = job_settings
+    self.settings = settings
 
   def read_inputs(self):
     """Reads and checks every input the run asks for. Raises UsageError; writes nothing."""

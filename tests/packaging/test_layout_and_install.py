@@ -5,7 +5,10 @@ and imports from anywhere; light parts import without TensorFlow; files and func
 short enough to read in one sitting; tests share code through tests/helpers/ only."""
 
 import ast
+import importlib
+import inspect
 import os
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -334,3 +337,61 @@ def test_the_scans_see_what_they_look_for(tmp_path, monkeypatch):
   assert run_script_imports("run_squad_mgpu.py") == []  # a script may import itself
   assert flag_reads(tool) == [3, 5]
   assert flags_passed_into_calls(tool) == [5]
+
+
+# ---------------------------------------------------------------------------
+# Task units of one shape: every job.Task is built as Unit(job_settings, settings)
+# ---------------------------------------------------------------------------
+
+TASK_CONSTRUCTOR = ["self", "job_settings", "settings"]
+# The units there are today: the scan must find at least these.
+TASK_UNITS = ("ClassifierTask", "NerTask", "PretrainingTask", "SquadTask")
+
+
+def package_task_classes():
+  """Every job.Task subclass defined in the package, its modules all imported first (a new
+  unit is found wherever it lives)."""
+  package = importlib.import_module(PACKAGE)
+  for info in pkgutil.walk_packages(package.__path__, PACKAGE + "."):
+    importlib.import_module(info.name)
+  from bert_mgpu.training import job  # pylint: disable=import-outside-toplevel
+  found, pending = [], list(job.Task.__subclasses__())
+  while pending:
+    cls = pending.pop()
+    pending.extend(cls.__subclasses__())
+    if cls.__module__.startswith(PACKAGE + "."):
+      found.append(cls)
+  return found
+
+
+def constructor_offenders(classes):
+  """'module.Class(parameters)' of the classes whose __init__ is not TASK_CONSTRUCTOR's."""
+  offenders = []
+  for cls in classes:
+    parameters = list(inspect.signature(cls.__init__).parameters)
+    if parameters != TASK_CONSTRUCTOR:
+      offenders.append("%s.%s(%s)" % (cls.__module__, cls.__name__, ", ".join(parameters)))
+  return sorted(offenders)
+
+
+def test_every_task_unit_is_constructed_from_job_settings_and_settings():
+  classes = package_task_classes()
+  assert set(TASK_UNITS) <= set(cls.__name__ for cls in classes)
+  offenders = constructor_offenders(classes)
+  assert not offenders, ("construct every task as (job_settings, settings), the unit's files "
+                         "and options in its settings: " + ", ".join(offenders))
+
+
+def test_the_constructor_scan_sees_another_signature():
+  from bert_mgpu.training import job  # pylint: disable=import-outside-toplevel
+
+  class WithItsConfig(job.Task):
+    def __init__(self, job_settings, settings, bert_config):
+      super(WithItsConfig, self).__init__(job_settings, settings)
+      self.bert_config = bert_config
+
+  class Inherited(job.Task):
+    pass
+
+  assert constructor_offenders([WithItsConfig, Inherited]) == [
+      __name__ + ".WithItsConfig(self, job_settings, settings, bert_config)"]

@@ -23,7 +23,7 @@ class RecordingTask(job.Task):
   """Every hook appends its name to `calls`; the loop and the checks are recorded too."""
 
   def __init__(self, job_settings, calls):
-    super(RecordingTask, self).__init__(job_settings)
+    super(RecordingTask, self).__init__(job_settings, None)
     self.calls = calls
 
   def read_inputs(self):
@@ -118,9 +118,9 @@ def test_without_training_the_job_evaluates_and_predicts_only(monkeypatch):
 
 
 def test_a_task_that_counts_epochs_must_say_its_training_size():
-  task = job.Task(run_settings.JobSettings("out", do_train=True))
+  task = job.Task(run_settings.JobSettings("out", do_train=True), None)
   with pytest.raises(NotImplementedError, match="train_size"):
     task.train_size()
   # Given steps (pretraining) need no count.
-  assert job.Task(run_settings.JobSettings("out", do_train=True, num_train_steps=10)
+  assert job.Task(run_settings.JobSettings("out", do_train=True, num_train_steps=10), None
                   ).train_size()[0] is None
