@@ -12,17 +12,34 @@ the other pieces, [CLS], [SEP] and padding are ignored in the loss and in decodi
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf
+from bert_mgpu.training import checkpoints
 import modeling
 
 HEAD_SCOPE = "cls/ner"
+OUTPUT_WEIGHTS = HEAD_SCOPE + "/output_weights"
+OUTPUT_BIAS = HEAD_SCOPE + "/output_bias"
+CRF_TRANSITIONS = "%s/%s/%s" % (HEAD_SCOPE, crf.TRANSITIONS_SCOPE, crf.TRANSITIONS_NAME)
 
 # The head's variables by their names in transformers' BertForTokenClassification
 # (convert_checkpoint.py), laid out alike. transformers has no CRF: the transitions are
 # written beside its files.
-TRANSFORMERS_NAMES = {HEAD_SCOPE + "/output_weights": "classifier.weight",
-                      HEAD_SCOPE + "/output_bias": "classifier.bias"}
-CRF_TRANSITIONS = "%s/%s/%s" % (HEAD_SCOPE, crf.TRANSITIONS_SCOPE, crf.TRANSITIONS_NAME)
+TRANSFORMERS_NAMES = {OUTPUT_WEIGHTS: "classifier.weight", OUTPUT_BIAS: "classifier.bias"}
+
+
+def check_head(checkpoint, use_crf):
+  """Refuses a checkpoint to tag with that has no tagging head (a pretrained BERT's,
+  checkpoints.check_fine_tuned), or, with use_crf, no CRF transitions.
+
+  Raises:
+    UsageError: naming the checkpoint and the variable it lacks.
+  """
+  checkpoints.check_fine_tuned(checkpoint, OUTPUT_WEIGHTS, "named-entity recognition")
+  if use_crf and not tf.train.load_checkpoint(checkpoint).has_tensor(CRF_TRANSITIONS):
+    raise UsageError("%s has no %s: it was trained without --use_crf. Drop --use_crf, or "
+                     "point --output_dir at a model trained with it." %
+                     (checkpoint, CRF_TRANSITIONS))
 
 
 def _first_pieces_first(values, tag_mask):

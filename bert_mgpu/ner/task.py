@@ -108,10 +108,14 @@ class NerTask(job.Task):
     return len(self.splits["train"].windows), "training windows"
 
   def check_start(self, config):
+    """Without training, the checkpoint to tag with must hold the tagging head (and the CRF
+    with use_crf). Training starts from a pretrained BERT, which has no head."""
+    del config
     if not self.job_settings.do_train:
-      checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
-                                           self.job_settings.init_checkpoint,
-                                           checkpoints.BEST_SUBDIR)
+      checkpoint, _ = checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
+                                                           self.job_settings.init_checkpoint,
+                                                           checkpoints.BEST_SUBDIR)
+      ner_model.check_head(checkpoint, self.settings.use_crf)
 
   def write_model_files(self):
     s = self.settings

@@ -8,15 +8,19 @@ cls/squad/output_weights [2, hidden] and cls/squad/output_bias [2].
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.training import checkpoints
 import modeling
 
 # A span logit for padding positions: their softmax weight is then 0 (as in attention).
 PADDING_LOGIT = -10000.0
 
+# The head's variables (Google's names).
+OUTPUT_WEIGHTS = "cls/squad/output_weights"
+OUTPUT_BIAS = "cls/squad/output_bias"
+
 # The head's variables by their names in transformers' BertForQuestionAnswering
 # (convert_checkpoint.py): [2, hidden] and [2], start before end, in both.
-TRANSFORMERS_NAMES = {"cls/squad/output_weights": "qa_outputs.weight",
-                      "cls/squad/output_bias": "qa_outputs.bias"}
+TRANSFORMERS_NAMES = {OUTPUT_WEIGHTS: "qa_outputs.weight", OUTPUT_BIAS: "qa_outputs.bias"}
 
 
 def create_model_fn(bert_config, max_seq_length=None):
@@ -41,10 +45,8 @@ def create_model_fn(bert_config, max_seq_length=None):
     batch_size, seq_length, hidden_size = modeling.get_shape_list(sequence_output,
                                                                   expected_rank=3)
     output_weights = tf.get_variable(
-        "cls/squad/output_weights", [2, hidden_size],
-        initializer=modeling.create_initializer(0.02))
-    output_bias = tf.get_variable("cls/squad/output_bias", [2],
-                                  initializer=tf.zeros_initializer())
+        OUTPUT_WEIGHTS, [2, hidden_size], initializer=modeling.create_initializer(0.02))
+    output_bias = tf.get_variable(OUTPUT_BIAS, [2], initializer=tf.zeros_initializer())
     flat_output = tf.reshape(sequence_output, [batch_size * seq_length, hidden_size])
     logits = tf.nn.bias_add(tf.matmul(flat_output, output_weights, transpose_b=True),
                             output_bias)  # [batch * seq, 2]
@@ -65,6 +67,15 @@ def create_model_fn(bert_config, max_seq_length=None):
                                constant_values=PADDING_LOGIT)
     return outputs
   return model_fn
+
+
+def check_head(checkpoint):
+  """Refuses a checkpoint to predict with that has no span head (checkpoints.check_fine_tuned).
+
+  Raises:
+    UsageError: naming the checkpoint and the variable it lacks.
+  """
+  checkpoints.check_fine_tuned(checkpoint, OUTPUT_WEIGHTS, "reading comprehension")
 
 
 def span_position_loss(position_logits, positions, seq_length):

@@ -92,10 +92,7 @@ def checkpoint_for_prediction(output_dir, init_checkpoint):
   """The checkpoint to predict with, checked to hold the span head, and why it is the one.
   Raises UsageError."""
   checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, init_checkpoint)
-  if not tf.train.load_checkpoint(checkpoint).has_tensor("cls/squad/output_weights"):
-    raise UsageError("%s has no cls/squad/output_weights: it is not a model fine-tuned for "
-                     "reading comprehension. Train one first (--do_train) or point "
-                     "--output_dir at one." % checkpoint)
+  squad_model.check_head(checkpoint)
   return checkpoint, why
 
 
@@ -164,12 +161,17 @@ class SquadTask(job.Task):
           settings.predict_file, False, settings.version_2_with_negative)
       if not self.predict_examples:
         raise UsageError("%s: no question to predict." % settings.predict_file)
-      if not self.job_settings.do_train:  # checked before output_dir is claimed
-        self._checkpoint_for_prediction()
 
   def train_size(self):
     # Google counts steps in questions, not windows.
     return len(self.train_examples), "training questions"
+
+  def check_start(self, config):
+    """Predicting without training: the checkpoint to predict with must hold the span head.
+    Training starts from a pretrained BERT, which has no head."""
+    del config
+    if self.settings.do_predict and not self.job_settings.do_train:
+      self._checkpoint_for_prediction()
 
   def featurize(self, config):
     """The questions to predict (the chief), then the training questions, unless a

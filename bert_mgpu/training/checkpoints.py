@@ -139,6 +139,23 @@ def lacking_variables_error(checkpoint, missing, what, advice):
       checkpoint, len(missing), what, shown, advice))
 
 
+def check_fine_tuned(checkpoint, head_variable, task):
+  """Refuses a checkpoint to predict with that lacks the task's head (a pretrained BERT's).
+
+  Args:
+    checkpoint: its path.
+    head_variable: the name of a variable of the head (the unit's model.py defines it).
+    task: what the head is fine-tuned for, e.g. "reading comprehension".
+
+  Raises:
+    UsageError: the checkpoint has no `head_variable`.
+  """
+  if not tf.train.load_checkpoint(checkpoint).has_tensor(head_variable):
+    raise UsageError("%s has no %s: it is not a model fine-tuned for %s. Train one first "
+                     "(--do_train) or point --output_dir at one." % (checkpoint, head_variable,
+                                                                    task))
+
+
 def missing_variables(checkpoint, variables):
   """The names of `variables` that `checkpoint` does not hold."""
   saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()

@@ -14,6 +14,7 @@ import collections
 import concurrent.futures
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -23,6 +24,7 @@ import tensorflow.compat.v1 as tf
 
 import cli
 from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.training import checkpoints
 
 MAKE_DATA = cli.script_path(os.path.join("scripts", "make_ner_data.py"))
 MAX_SEQ_LENGTH = 48  # the long test sentences (~100+ characters) need several windows
@@ -217,3 +219,35 @@ def test_normal_initializer_reaches_the_model_and_keeps_the_pad_row_zero(data, t
   assert "new weights drawn from the normal initializer" in normal_log
   schedule_lines = [line for line in default_log.splitlines() if "warmup steps" in line]
   assert schedule_lines and not any("initializer" in line for line in schedule_lines)
+
+
+def test_evaluating_without_the_head_it_needs_is_one_line_before_output_dir_is_touched(
+    trained, data, tmp_path):
+  # The tagging head (cls/ner/...) and, with --use_crf, the CRF's transitions are checked
+  # before output_dir is claimed. Before, a pretrained checkpoint or a softmax model given
+  # --use_crf got as far as featurizing and failed in the graph with another message.
+  conll_dir, _ = trained["conll"]
+  pretrained_dir = str(tmp_path / "pretrained")
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(conll_dir))
+  pretrained = checkpoints.write_arrays(
+      {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+       if name.startswith("bert/") and not name.endswith(("adam_m", "adam_v"))},
+      os.path.join(pretrained_dir, "bert_model.ckpt"))
+  no_head_dir = str(tmp_path / "no_head")  # the tag list of a model, no checkpoint
+  os.makedirs(no_head_dir)
+  shutil.copy(os.path.join(conll_dir, "labels.txt"), no_head_dir)
+  softmax_dir = str(tmp_path / "softmax")
+  shutil.copytree(conll_dir, softmax_dir)
+  before = sorted(os.listdir(softmax_dir))
+  runs = [ner_flags(data, "conll", no_head_dir, do_train=False, do_predict=False,
+                    init_checkpoint=pretrained),
+          ner_flags(data, "conll", softmax_dir, do_train=False, do_predict=False,
+                    use_crf=True)]
+  with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    no_head, softmax = pool.map(lambda args: cli.run_script("run_ner_mgpu.py", args), runs)
+  cli.assert_one_line_error(no_head, pretrained + " has no cls/ner/output_weights: it is not "
+                            "a model fine-tuned for named-entity recognition")
+  assert os.listdir(no_head_dir) == ["labels.txt"]
+  cli.assert_one_line_error(softmax, "has no cls/ner/crf/transitions: it was trained without "
+                            "--use_crf", os.path.join(softmax_dir, "best"))
+  assert sorted(os.listdir(softmax_dir)) == before

@@ -27,10 +27,12 @@ import string
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.squad import model as squad_model
+from bert_mgpu.training import checkpoints
 import cli
 from cli import assert_succeeded
 import modeling
@@ -633,6 +635,14 @@ def bad_input_runs(tmp_path_factory):
       "--max_query_length=16"], ["--max_seq_length=19", "--max_query_length=16"])
   add("unanswerable_without_v2", ["--do_train", "--train_file=" + data.train_file],
       [data.train_file, "--version_2_with_negative"])
+  # A checkpoint without the span head (a pretrained BERT's): refused before output_dir.
+  no_head = checkpoints.write_arrays({"bert/embeddings/word_embeddings": np.zeros(
+      [2, 2], np.float32)}, os.path.join(root, "no_head", "bert_model.ckpt"))
+  add("predict_without_the_span_head", [
+      "--do_predict", "--predict_file=" + data.dev_file, "--version_2_with_negative",
+      "--init_checkpoint=" + no_head],
+      [no_head + " has no cls/squad/output_weights: it is not a model fine-tuned for reading "
+       "comprehension"])
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     futures = collections.OrderedDict(
         (name, pool.submit(run_squad, case.args)) for name, case in cases.items())
@@ -640,7 +650,8 @@ def bad_input_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case_id", ["missing_train_file", "predict_file_not_json",
-                                     "max_seq_length_too_short", "unanswerable_without_v2"])
+                                     "max_seq_length_too_short", "unanswerable_without_v2",
+                                     "predict_without_the_span_head"])
 def test_bad_input_gets_a_one_line_error(bad_input_runs, case_id):
   case, result = bad_input_runs[case_id]
   cli.assert_one_line_error(result, *case.expected_substrings, last=True)
