@@ -12,7 +12,6 @@ import os
 
 from bert_mgpu.classifier import file_readers
 from bert_mgpu.data import label_files
-from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.errors import UsageError, write_error
 
 # Child of TensorFlow's logger (tf.get_logger() is the "tensorflow" logger; naming it
@@ -39,7 +38,7 @@ def resolve_label_list(processor, data_dir, output_dir, do_train):
   Returns:
     A list of label strings.
   """
-  saved_path = os.path.join(output_dir, "labels.txt")
+  saved_path = os.path.join(output_dir, label_files.LABELS_FILE)
   if not do_train and os.path.exists(saved_path):
     labels = label_files.read_label_file(saved_path)
     _LOGGER.info("label list (%d labels) from %s", len(labels), saved_path)
@@ -92,11 +91,7 @@ def write_label_list(output_dir, labels):
     UsageError: the file cannot be written.
   """
   make_dirs(output_dir)
-  saved_path = os.path.join(output_dir, "labels.txt")
-  try:
-    atomic_write_text(saved_path, "".join(label + "\n" for label in labels))
-  except OSError as e:
-    raise write_error(saved_path, e)
+  saved_path = label_files.write_label_file(output_dir, labels)
   _LOGGER.info("label list (%d labels) written to %s", len(labels), saved_path)
 
 

@@ -118,7 +118,7 @@ class DataProcessor(object):
     data_dir/labels.txt when it exists, else the task's fixed list, else the
     sorted distinct labels of the training file.
     """
-    labels_path = os.path.join(data_dir, "labels.txt")
+    labels_path = os.path.join(data_dir, label_files.LABELS_FILE)
     if os.path.exists(labels_path):
       return label_files.read_label_file(labels_path)
     if self.FIXED_LABELS is not None:

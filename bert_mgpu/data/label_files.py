@@ -1,15 +1,41 @@
 # coding=utf-8
-"""labels.txt, read strictly: one label per line, in label-id order.
+"""labels.txt: one label per line, in label-id order, read strictly and written in one place.
 
-Shared by the classifier (any label text) and NER (tags, checked by a callback). Blank
+Shared by the classifier (any label text) and NER (tags, checked by a callback), and by
+everything that writes a model's label list (training, the transformers conversion). Blank
 lines are ignored; a label listed twice, an empty file, a file that is not UTF-8 and a
 carriage return inside a line are refused with a one-line error naming the file and line.
 
 No TensorFlow import.
 """
 
+import os
+
+from bert_mgpu.data import output_files
 from bert_mgpu.data import text_files
 from bert_mgpu.errors import UsageError
+
+# The label list's file name, in a data directory, an output_dir and an export's assets.
+LABELS_FILE = "labels.txt"
+
+
+def write_label_file(directory, labels):
+  """Writes directory/labels.txt: each label on its own line, in label-id order.
+
+  Args:
+    directory: an existing directory.
+    labels: the label strings (single-line), in label-id order.
+
+  Returns:
+    The path written.
+
+  Raises:
+    UsageError: the file cannot be written (output_files.atomic_write_text).
+  """
+  path = os.path.join(directory, LABELS_FILE)
+  output_files.atomic_write_text(path, "".join(label + "\n" for label in labels))
+  return path
+
 
 def read_label_file(path, check_label=None, as_json=False):
   """Reads a label list: one label per line, in order; blank lines ignored.

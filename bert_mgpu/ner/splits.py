@@ -11,6 +11,7 @@ import os
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.data import label_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
@@ -81,7 +82,7 @@ def read_splits(data_dir, data_format, split_names, label_list_dir):
   if "train" in splits:
     label_list = tag_labels.resolve_label_list(splits["train"].data, data_dir)
   else:
-    labels_file = os.path.join(label_list_dir, tag_labels.LABELS_FILE)
+    labels_file = os.path.join(label_list_dir, label_files.LABELS_FILE)
     if not os.path.isfile(labels_file):
       raise UsageError("%s not found: evaluate or predict with the --output_dir of a "
                        "--do_train run (it keeps the tag list there)." % labels_file)

@@ -14,8 +14,6 @@ from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import scoring as ner_scoring
 
-LABELS_FILE = "labels.txt"
-
 
 def _tagged_positions(ner_file):
   """Yields (sentence, token index, tag) over every tag of a tagged file."""
@@ -104,7 +102,7 @@ def resolve_label_list(train_file, data_dir):
   Returns:
     list of str; the index of a tag is its label id.
   """
-  path = os.path.join(data_dir, LABELS_FILE)
+  path = os.path.join(data_dir, label_files.LABELS_FILE)
   if os.path.exists(path):
     return read_label_file(path)
   tags = set(tag for _, _, tag in _tagged_positions(train_file))

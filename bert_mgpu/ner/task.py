@@ -13,13 +13,11 @@ Outputs in output_dir: labels.txt, eval_results.txt, eval_report.txt and .json, 
 (conll) or predict.json (cluener), predict_entities.jsonl.
 """
 
-import os
-
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu import bert_files
+from bert_mgpu.data import label_files
 from bert_mgpu.data import length_grouping
-from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import model as ner_model
@@ -27,7 +25,6 @@ from bert_mgpu.ner import predictions
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.ner import splits as ner_splits
-from bert_mgpu.ner import tag_labels
 from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import onnx_export
@@ -119,9 +116,7 @@ class NerTask(job.Task):
 
   def write_model_files(self):
     s = self.settings
-    output_files.atomic_write_text(
-        os.path.join(self.job_settings.output_dir, tag_labels.LABELS_FILE),
-        "".join(label + "\n" for label in self.label_list))
+    label_files.write_label_file(self.job_settings.output_dir, self.label_list)
     model_files.save_model_files(
         self.job_settings.output_dir, s.vocab_file, s.bert_config_file,
         ner_serving.ner_settings(s.do_lower_case, s.max_seq_length, s.doc_stride, s.use_crf))

@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import multi_label
+from bert_mgpu.data import label_files
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError, write_error
 from bert_mgpu.ner import crf_numpy
@@ -202,15 +203,16 @@ def _settings(head, input_dir, do_lower_case, max_seq_length, beside):
 
 
 def _head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length):
-  """labels.txt, model_settings.json and the files beside a kept head; the CRF's
-  transitions join `arrays`; BERT's pooler, which token classification and QA lack, is
-  written as zeros (those models never read it; our graph has it)."""
+  """The label list (None for QA), and model_settings.json and the files beside a kept head
+  as {name: text}; the CRF's transitions join `arrays`; BERT's pooler, which token
+  classification and QA lack, is written as zeros (those models never read it; our graph
+  has it)."""
   hidden = arrays["bert/embeddings/word_embeddings"].shape[1]
   if not head.has_pooler:
     arrays.setdefault("bert/pooler/dense/kernel", np.zeros([hidden, hidden], np.float32))
     arrays.setdefault("bert/pooler/dense/bias", np.zeros([hidden], np.float32))
   if head.kind == "squad":
-    return {}
+    return None, {}
   labels = model_config.labels_of(config, os.path.join(input_dir, model_config.CONFIG_FILE))
   beside = {name for name in (crf_numpy.CRF_TRANSITIONS_FILE, model_files.SETTINGS_FILE,
                               multi_label.THRESHOLDS_FILE)
@@ -219,12 +221,11 @@ def _head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length):
     arrays[ner_model.CRF_TRANSITIONS] = crf_numpy.read_transitions(
         os.path.join(input_dir, crf_numpy.CRF_TRANSITIONS_FILE), labels)
   settings = _settings(head, input_dir, do_lower_case, max_seq_length, beside)
-  texts = {model_files.LABELS_FILE: "".join(label + "\n" for label in labels),
-           model_files.SETTINGS_FILE: model_config.json_text(settings)}
+  texts = {model_files.SETTINGS_FILE: model_config.json_text(settings)}
   if multi_label.THRESHOLDS_FILE in beside and head.kind == "multi_label":
     texts[multi_label.THRESHOLDS_FILE] = model_files.read_utf8(
         os.path.join(input_dir, multi_label.THRESHOLDS_FILE))
-  return texts
+  return labels, texts
 
 
 DEFAULT_MAX_SEQ_LENGTH = 128
@@ -273,8 +274,11 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
   do_lower_case = model_config.do_lower_case_of(input_dir)
   texts = {model_files.CONFIG_FILE: model_config.json_text(bert_config),
            model_files.VOCAB_FILE: "".join(token + "\n" for token in vocab)}
+  labels = None
   if head:
-    texts.update(_head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length))
+    labels, head_texts = _head_files(head, config, input_dir, arrays, do_lower_case,
+                                     max_seq_length)
+    texts.update(head_texts)
 
   def fill(directory):
     try:
@@ -289,11 +293,14 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
             CHECKPOINT_NAME, CHECKPOINT_NAME))
     for name, text in texts.items():
       output_files.atomic_write_text(os.path.join(directory, name), text)
+    if labels is not None:
+      label_files.write_label_file(directory, labels)
 
   output_files.replace_directory(os.path.abspath(output_dir), fill)
+  written = list(texts) + ([label_files.LABELS_FILE] if labels is not None else [])
   return {"checkpoint": os.path.join(output_dir, CHECKPOINT_NAME), "weights": weights_path,
           "kept_head": head.architecture if head else None, "dropped": dropped,
-          "variables": len(arrays), "files": sorted(texts), "do_lower_case": do_lower_case,
+          "variables": len(arrays), "files": sorted(written), "do_lower_case": do_lower_case,
           "keep_head_would_keep": not head and bool(
               heads.fine_tuned_head(architecture_of(config)))}
 

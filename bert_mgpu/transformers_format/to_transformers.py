@@ -17,6 +17,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import multi_label
+from bert_mgpu.data import label_files
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf_numpy
@@ -101,7 +102,7 @@ def _check_body(arrays, bert_config, checkpoint):
 
 def _labels(directory, head, num_labels):
   """The label list of a classifier or tagger (labels.txt), or LABEL_0.. without one."""
-  path = os.path.join(directory, model_files.LABELS_FILE)
+  path = os.path.join(directory, label_files.LABELS_FILE)
   if os.path.isfile(path):
     labels = model_files.read_labels(
         model_files.NER_KIND if head.kind == "ner" else model_files.CLASSIFIER_KIND, path)
@@ -110,7 +111,7 @@ def _labels(directory, head, num_labels):
                        "another model." % (path, len(labels), num_labels))
     return labels
   tf.logging.warning("%s has no %s: the labels are named LABEL_0 .. LABEL_%d.",
-                     directory, model_files.LABELS_FILE, num_labels - 1)
+                     directory, label_files.LABELS_FILE, num_labels - 1)
   return ["LABEL_%d" % i for i in range(num_labels)]
 
 

@@ -1,7 +1,8 @@
 # coding=utf-8
-"""Tests of bert_mgpu/data/label_files.py: labels.txt read in order, blank lines ignored,
-and one-line errors (a label listed twice, an empty file, a line that is not UTF-8, a
-carriage return inside a line, a label the caller's check refuses), quoted in both styles.
+"""Tests of bert_mgpu/data/label_files.py: labels.txt written one label a line, read in
+order, blank lines ignored, and one-line errors (a label listed twice, an empty file, a line
+that is not UTF-8, a carriage return inside a line, a label the caller's check refuses),
+quoted in both styles.
 """
 
 import pytest
@@ -111,3 +112,11 @@ def test_quote_value_styles_and_shortening():
   assert text_files.quote_value("x" * 80) == repr("x" * 80)
   assert text_files.quote_value("x" * 59, as_json=True) == '"' + "x" * 59 + '...'
   assert text_files.quote_value("x" * 58, as_json=True) == '"' + "x" * 58 + '"'
+
+
+def test_the_written_file_is_one_label_a_line_and_reads_back(tmp_path):
+  path = label_files.write_label_file(str(tmp_path), [u"O", u"B-地名", u"I-地名"])
+  assert path == str(tmp_path / label_files.LABELS_FILE)
+  with open(path, "rb") as f:
+    assert f.read() == u"O\nB-地名\nI-地名\n".encode("utf-8")
+  assert label_files.read_label_file(path) == [u"O", u"B-地名", u"I-地名"]
