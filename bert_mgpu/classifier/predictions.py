@@ -17,11 +17,10 @@ from bert_mgpu.data import output_files
 from bert_mgpu.data.output_files import atomic_write_text
 
 
-def write_eval_report(output_dir, metrics, report, multi_label):
-  """eval_report.txt (for a person) and .json beside eval_results.txt.
+def eval_report(metrics, report, multi_label):
+  """The output_files.EvalReport of the dev set (runner.write_eval_results writes it).
 
   Args:
-    output_dir: where they go.
     metrics: the dev metrics (eval_results.txt's).
     report: the per-label report of classifier_metrics.classification_metrics or
       multi_label.multi_label_metrics.
@@ -29,8 +28,8 @@ def write_eval_report(output_dir, metrics, report, multi_label):
   """
   formatter = (multi_label_lib.format_eval_report if multi_label else
                classifier_metrics.format_eval_report)
-  output_files.write_eval_report(output_dir, formatter(metrics, report),
-                                 dict(report, metrics=metrics))
+  return output_files.EvalReport(formatter(metrics, report), dict(report, metrics=metrics),
+                                 sort_keys=False)
 
 
 def write_test_predictions(output_dir, examples, outputs, label_list, thresholds=None,

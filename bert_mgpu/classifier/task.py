@@ -263,12 +263,13 @@ class ClassifierTask(job.Task):
     tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
     dev_outputs = None
     if s.do_eval:
-      metrics, dev_outputs = inference.evaluate("eval", self._dev_metrics)
+      dev_outputs = inference.outputs("eval")
+      metrics, report = self._scores(dev_outputs)  # with the thresholds save() keeps
+      runner.write_eval_results(
+          self.job_settings.output_dir, metrics, checkpoint,
+          lambda results: predictions.eval_report(results, report, s.multi_label))
     thresholds = (self._threshold_choice().save(dev_outputs, self.label_list)
                   if s.multi_label else None)
-    if s.do_eval:
-      predictions.write_eval_report(self.job_settings.output_dir, metrics,
-                                    self._scores(dev_outputs, thresholds)[1], s.multi_label)
     if s.do_predict:
       predictions.write_test_predictions(
           self.job_settings.output_dir, self.splits["test"], inference.outputs("predict"),

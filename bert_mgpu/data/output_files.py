@@ -9,6 +9,7 @@
 No TensorFlow import: the data modules write through these without loading the model.
 """
 
+import collections
 import contextlib
 import errno
 import json
@@ -115,11 +116,24 @@ def atomic_write_text(path, text):
     f.write(text)
 
 
-def write_eval_report(output_dir, text, content, sort_keys=False):
-  """output_dir/eval_report.txt (`text`, for a person) and eval_report.json (`content`)."""
-  atomic_write_text(os.path.join(output_dir, "eval_report.txt"), text)
+# Google's name for the metrics of an evaluation (docs/FORMATS.md 7).
+EVAL_RESULTS_FILE = "eval_results.txt"
+
+EvalReport = collections.namedtuple("EvalReport", ["text", "content", "sort_keys"])
+EvalReport.__doc__ = """A unit's report beside eval_results.txt, per label or entity type.
+
+Fields:
+  text: eval_report.txt, for a person.
+  content: eval_report.json's value.
+  sort_keys: whether eval_report.json sorts its keys.
+"""
+
+
+def write_eval_report(output_dir, report):
+  """output_dir/eval_report.txt and eval_report.json of an EvalReport."""
+  atomic_write_text(os.path.join(output_dir, "eval_report.txt"), report.text)
   atomic_write_text(os.path.join(output_dir, "eval_report.json"), json.dumps(
-      content, ensure_ascii=False, indent=2, sort_keys=sort_keys) + "\n")
+      report.content, ensure_ascii=False, indent=2, sort_keys=report.sort_keys) + "\n")
 
 
 def format_key_values(values):

@@ -39,10 +39,10 @@ def ner_metrics(split, outputs, label_list, scheme, use_crf):
   return metrics, result
 
 
-def write_eval_reports(output_dir, result):
-  """eval_report.txt (per entity type, for a person) and eval_report.json."""
-  output_files.write_eval_report(output_dir, ner_scoring.format_report(result), result,
-                                 sort_keys=True)
+def eval_report(result):
+  """The output_files.EvalReport of ner_scoring.score()'s `result`, per entity type
+  (runner.write_eval_results writes it)."""
+  return output_files.EvalReport(ner_scoring.format_report(result), result, sort_keys=True)
 
 
 def write_predictions(output_dir, split, data_format, tags):

@@ -175,8 +175,8 @@ class NerTask(job.Task):
       outputs = inference.outputs("eval")
       metrics, result = predictions.ner_metrics(self.splits["dev"], outputs, self.label_list,
                                                 self.scheme, s.use_crf)
-      runner.write_eval_results(output_dir, metrics, checkpoint)
-      predictions.write_eval_reports(output_dir, result)
+      runner.write_eval_results(output_dir, metrics, checkpoint,
+                                lambda unused_metrics: predictions.eval_report(result))
     if s.do_predict:
       outputs = inference.outputs("predict")
       tags = predictions.sentence_tags(self.splits["test"], outputs["tag_ids"],

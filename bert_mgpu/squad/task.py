@@ -18,7 +18,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu import bert_files
-from bert_mgpu.data.output_files import atomic_write_text
+from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 from bert_mgpu.squad import data as squad_data
@@ -85,7 +85,7 @@ def write_windows(examples, tokenizer, path, is_training, settings):
 
 
 def _write_json(path, value):
-  atomic_write_text(path, json.dumps(value, ensure_ascii=False, indent=4) + "\n")
+  output_files.atomic_write_text(path, json.dumps(value, ensure_ascii=False, indent=4) + "\n")
 
 
 def checkpoint_for_prediction(output_dir, init_checkpoint):
@@ -105,7 +105,7 @@ def write_prediction_files(output_dir, predictions, nbest, null_odds):
   """
   _write_json(os.path.join(output_dir, "predictions.json"), predictions)
   _write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
-  stale = ["eval_results.txt"]
+  stale = [output_files.EVAL_RESULTS_FILE]
   if null_odds is not None:
     _write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
   else:

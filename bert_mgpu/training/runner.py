@@ -563,18 +563,24 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
     return _run_to_end(sess, iterator, outputs)
 
 
-def write_eval_results(output_dir, metrics, checkpoint):
-  """Adds the checkpoint's global_step to `metrics` and writes output_dir/eval_results.txt.
+def write_eval_results(output_dir, metrics, checkpoint, report=None):
+  """The eval files of every unit: output_dir/eval_results.txt, `metrics` with the
+  checkpoint's global_step added, and with `report` eval_report.txt and .json.
+
+  Args:
+    report: function(metrics with global_step) -> output_files.EvalReport, or None.
 
   Returns:
-    The path written.
+    The path of eval_results.txt.
   """
   metrics["global_step"] = checkpoints.checkpoint_global_step(checkpoint)
-  path = os.path.join(output_dir, "eval_results.txt")
+  path = os.path.join(output_dir, output_files.EVAL_RESULTS_FILE)
   output_files.atomic_write_text(path, output_files.format_key_values(metrics))
   tf.logging.info("Eval results of %s, in %s:", checkpoint, path)
   for key in sorted(metrics):
     tf.logging.info("  %s = %s", key, metrics[key])
+  if report is not None:
+    output_files.write_eval_report(output_dir, report(metrics))
   return path
 
 
