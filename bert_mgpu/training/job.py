@@ -6,21 +6,28 @@ A task unit (bert_mgpu/classifier/task.py, ner/task.py, squad/task.py, pretraini
 subclasses `Task` and says what is particular to it; `run_job` calls its hooks in this order,
 each hook relying on what the earlier ones kept on the task:
 
-  1. read_inputs: read and check every input (nothing written yet);
+  1. read_inputs: read and check every input, the BERT config and vocab
+     (bert_mgpu/bert_files.py) among them (nothing written yet);
   2. train_size: the training examples, for the step count;
   3. featurizing_processes (entered) and then make_run_config, the device check: processes
      must fork before TensorFlow starts its GPU runtime;
-  4. check_start: the checkpoint to start from; then output_dir is claimed;
+  4. check_start: the checkpoint to start from or predict with, and its head (by the
+     variable names of the unit's model.py); then output_dir is claimed;
   5. write_model_files (the chief, when training), featurize (or reuse the feature cache);
   6. make_model_fn, make_inference; when training: log_before_training, make_train_dataset,
      eval_spec, and runner.train (a worker that is not the chief stops there);
   7. evaluate_and_predict, then export when the run has an export_dir.
 
-Adding a task: a settings class for its options; a model.py with its head; a Task subclass
-that overrides at least read_inputs, make_model_fn, make_train_dataset (and train_size when
-steps are counted from epochs), plus make_inference, eval_spec and evaluate_and_predict
-together when it evaluates or predicts; a run script of about 100 lines that defines the
-flags, checks them, builds the settings and calls run_job.
+Adding a task: copy a unit. A settings class for its options, the paths of the BERT files
+among them; a model.py with its head and the names of its variables; a Task subclass
+constructed as (job_settings, settings), like every unit (a layout test holds them to it),
+that overrides at least read_inputs (the config and vocab through bert_files),
+make_model_fn, make_train_dataset (and train_size when steps are counted from epochs), plus
+make_inference, eval_spec and evaluate_and_predict together when it evaluates or predicts,
+and check_start (model.py's check_head) when it predicts with a fine-tuned head. labels.txt is written by
+data/label_files.write_label_file, the eval files by runner.write_eval_results, and the best
+checkpoint lives in checkpoints.BEST_SUBDIR. A run script of about 100 lines defines the
+flags, checks them, builds the settings and calls run_job; it loads no model file itself.
 """
 
 import contextlib

@@ -60,7 +60,8 @@ def make_inference(config, files, make_dev):
       config, classifier_model_fn(),
       {"eval": (make_dev, config.global_eval_batch_size),
        "predict": (eval_dataset(files["test"]), config.global_predict_batch_size)},
-      lambda: checkpoints.checkpoint_for_inference(config.output_dir, None, "best"))
+      lambda: checkpoints.checkpoint_for_inference(config.output_dir, None,
+                                                   checkpoints.BEST_SUBDIR))
 
 
 def fresh_outputs(config, files, checkpoint):
