@@ -39,7 +39,6 @@ serving machine needs NumPy, onnxruntime and absl-py only (docs/SERVING.md).
 """
 
 import importlib
-import json
 import sys
 import time
 
@@ -53,7 +52,6 @@ from bert_mgpu.data import text_files
 from bert_mgpu.data.text_files import line_error, read_text_file
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import http_server
-from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 
 FLAGS = flags.FLAGS
@@ -187,20 +185,6 @@ def read_input():
   return parse_lines("<stdin>", decode_utf8("<stdin>", sys.stdin.buffer.read()), FLAGS.text_b)
 
 
-def format_predictions(probabilities, predictor):
-  """One line per row of [n, num_labels]: label<TAB>probability<TAB>all probabilities; for a
-  multi-label classifier, its labels joined by its separator<TAB>all probabilities."""
-  lines = []
-  separator = predictor.model.files.settings.get("label_separator")
-  for row, labels in zip(probabilities, predictor.predicted_labels(probabilities)):
-    if separator is None:
-      head = [labels, str(row[predictor.labels.index(labels)])]
-    else:
-      head = [separator.join(labels)]
-    lines.append("\t".join(head + [str(p) for p in row]) + "\n")
-  return "".join(lines)
-
-
 def write_output(text):
   if FLAGS.output_file:
     atomic_write_text(FLAGS.output_file, text)
@@ -223,22 +207,16 @@ def load_tensorflow_predictor():
     raise UsageError("--backend=tensorflow (the default) needs TensorFlow, which does not "
                      "import here (%s): install it, or run an ONNX export with "
                      "--backend=onnxruntime." % " ".join(str(e).split()))
-  from bert_mgpu.classifier import model as classifier_model
   from bert_mgpu import command_line
-  from bert_mgpu.ner import serving as ner_serving
   from bert_mgpu.serving import predictor as serving_predictor
   # pylint: enable=import-outside-toplevel
   if FLAGS.export_dir:
-    model = serving_predictor.load_export(FLAGS.export_dir, model_files.ANY_KIND)
+    model = serving_predictor.load_export(FLAGS.export_dir)
   else:
-    model = serving_predictor.load_output_dir(FLAGS.output_dir, model_files.ANY_KIND)
+    model = serving_predictor.load_output_dir(FLAGS.output_dir)
   check_text_b(model)
   devices = command_line.device_settings().check()
-  if model_files.is_ner(model):
-    predictor = ner_serving.load_predictor(model, devices, FLAGS.predict_batch_size)
-  else:
-    model_fn = classifier_model.model_fn_of(model.files, model.bert_config)
-    predictor = serving_predictor.Predictor(model, model_fn, devices, FLAGS.predict_batch_size)
+  predictor = serving_predictor.load_predictor(model, devices, FLAGS.predict_batch_size)
   LOGGER.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
               devices.num_towers, ", ".join(devices.plan.tower_devices), devices.precision)
   return predictor
@@ -259,61 +237,39 @@ def load_onnx_predictor():
 
 
 def check_text_b(model):
-  if model_files.is_ner(model) and FLAGS.text_b:
-    raise UsageError("--text_b: %s is an NER model, which reads one text per line; drop "
-                     "--text_b." % (FLAGS.export_dir or FLAGS.output_dir))
+  kind = model.files.kind
+  if FLAGS.text_b and not kind.takes_text_b:
+    raise UsageError("--text_b: %s is %s, which reads one text per line; drop --text_b." %
+                     (FLAGS.export_dir or FLAGS.output_dir, kind.description))
 
 
 def load_predictor():
-  """Loads the model of --export_dir or --output_dir with --backend: a predictor of a
-  classifier (serving/predictor.py's or onnx_predictor's) or a text_predictor.NerPredictor.
-  Raises UsageError."""
+  """Loads the model of --export_dir or --output_dir with --backend: the
+  serving/kinds.TextPredictor of its kind. Raises UsageError."""
   if FLAGS.backend == "onnxruntime":
     return load_onnx_predictor()
   return load_tensorflow_predictor()
-
-
-def format_entities(records):
-  """predict_entities.jsonl lines of entity records."""
-  return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-
-
-def predict_entities_file(texts, predictor):
-  """File mode of an NER model: predict_entities.jsonl lines of the texts."""
-  start = time.time()
-  features = predictor.featurize(texts)
-  records = predictor.entities(features, predictor.predict(features.features))
-  elapsed = time.time() - start
-  write_output(format_entities(records))
-  LOGGER.info("Found %d entities in %d text(s) (%d window(s)) in %.2f s (%.1f texts/s).",
-              sum(len(r["entities"]) for r in records), len(texts),
-              len(features.features.truncated), elapsed, len(texts) / max(elapsed, 1e-9))
-  predictor.close()
 
 
 def predict_file():
   """File mode: reads every text first (bad input stops before the model loads)."""
   texts_a, texts_b = read_input()
   predictor = load_predictor()
-  if model_files.is_ner(predictor.model):
-    predict_entities_file(texts_a, predictor)
-    return
   start = time.time()
   try:
-    features = predictor.featurize(texts_a, texts_b)
+    featurized = predictor.featurize(texts_a, texts_b)
   except model_inputs.NoTokensError as e:
     # A line is one text, so the row names the line.
     raise line_error(FLAGS.input_file or "<stdin>", e.row + 1,
                      "%s has no tokens (only spaces, control or invisible characters)" %
                      ("the line" if texts_b is None else "text_" + e.field),
                      "put a text there or remove the line")
-  featurized = time.time()
-  probabilities = predictor.predict(features)
-  elapsed = time.time() - start
-  write_output(format_predictions(probabilities, predictor))
-  LOGGER.info("Predicted %d text(s) in %.2f s (%.1f texts/s; tokenizing %.2f s).",
-              len(texts_a), elapsed, len(texts_a) / max(elapsed, 1e-9), featurized - start)
-  model_inputs.log_truncated(int(features.truncated.sum()), len(texts_a),
+  featurize_seconds = time.time() - start
+  records = predictor.decode(featurized, predictor.predict(featurized.features))
+  seconds = time.time() - start
+  write_output(predictor.file_text(records))
+  predictor.log_file_run(featurized, records, seconds, featurize_seconds)
+  model_inputs.log_truncated(int(featurized.features.truncated.sum()), len(texts_a),
                              predictor.max_seq_length)
   predictor.close()
 

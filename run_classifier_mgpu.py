@@ -108,12 +108,11 @@ def check_flags():
 
 
 def main(_):
-  settings = check_flags()
+  task = classifier_task.ClassifierTask(command_line.job_settings(), check_flags())
   if command_line.export_only():  # a trained output_dir: no data read
-    classifier_task.export_model(settings, FLAGS.output_dir, FLAGS.export_dir)
+    task.export(FLAGS.export_dir)
     return
-  job.run_job(classifier_task.ClassifierTask(command_line.job_settings(), settings),
-              FLAGS.export_dir)
+  job.run_job(task, FLAGS.export_dir)
 
 
 if __name__ == "__main__":

@@ -94,10 +94,10 @@ def settings_from_flags(export_format):
 def main(_):
   export_format = command_line.export_format()  # first: refused before anything else runs
   check_flags()
-  if command_line.export_only():
-    ner_task.export_model(FLAGS.output_dir, FLAGS.export_dir, export_format)
-    return
   task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(export_format))
+  if command_line.export_only():  # a trained output_dir: no data read
+    task.export(FLAGS.export_dir)
+    return
   job.run_job(task, FLAGS.export_dir)
 
 

@@ -43,10 +43,10 @@ import tensorflow.compat.v1 as tf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bert_mgpu.classifier import model as classifier_model  # pylint: disable=wrong-import-position
+from bert_mgpu.classifier import serving as classifier_serving  # pylint: disable=C0413
 from bert_mgpu.ner import model as ner_model  # pylint: disable=wrong-import-position
 from bert_mgpu.ner import serving as ner_serving  # pylint: disable=wrong-import-position
 from bert_mgpu.pretraining import model as pretraining_model  # pylint: disable=C0413
-from bert_mgpu.serving import model_files  # pylint: disable=wrong-import-position
 from bert_mgpu.squad import model as squad_model  # pylint: disable=wrong-import-position
 from bert_mgpu.training import checkpoints  # pylint: disable=wrong-import-position
 from bert_mgpu.transformers_format import weight_names  # pylint: disable=wrong-import-position
@@ -269,7 +269,7 @@ def _write_text(path, text):
 def model_dir_files(kind, categories):
   """The files beside the checkpoint of a trained output_dir of `kind` (name -> text)."""
   if kind in ("classifier", "multi_label"):
-    settings = model_files.classifier_settings("tsv", True, MAX_SEQ_LENGTH)
+    settings = classifier_serving.classifier_settings("tsv", True, MAX_SEQ_LENGTH)
     files = {"labels.txt": "".join(c + "\n" for c in categories)}
     if kind == "multi_label":
       settings["multi_label"] = True

@@ -16,8 +16,6 @@ import sys
 from absl import app as absl_app
 from absl import flags as absl_flags
 
-# serving/onnx_predictor.py still calls it here; it moved to bert_files.py (#42).
-from bert_mgpu.bert_files import checked_tokenizer  # pylint: disable=unused-import
 from bert_mgpu.errors import Preempted, UsageError
 from bert_mgpu.training import phases
 

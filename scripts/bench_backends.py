@@ -67,7 +67,6 @@ import tensorflow.compat.v1 as tf
 
 # Started processes: bounded, their stderr kept in a log (bench_predict.run_python).
 from bench_predict import emit, run_python
-from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.serving import onnx_predictor
 from bert_mgpu.serving import predictor as serving_predictor
 from bert_mgpu.training import run_settings
@@ -244,9 +243,7 @@ def tensorflow_predictor(version_dir, batch_size):
   tf.logging.set_verbosity(tf.logging.WARN)
   model = serving_predictor.load_export(version_dir)
   devices = run_settings.DeviceSettings(n_gpus=1, precision="fp32").check()
-  predictor = serving_predictor.Predictor(
-      model, classifier_model.model_fn_of(model.files, model.bert_config), devices,
-      batch_size)
+  predictor = serving_predictor.load_predictor(model, devices, batch_size)
   config = devices.plan.for_inference().session_config()
   threads = {"intra_op_threads": config.intra_op_parallelism_threads or "default",
              "inter_op_threads": config.inter_op_parallelism_threads or "default"}
@@ -281,7 +278,7 @@ def featurize_once(predictors, texts):
   """The texts featurized by the first predictor; the others must featurize them alike."""
   features = None
   for backend, predictor in predictors.items():
-    mine = predictor.featurize(texts)
+    mine = predictor.featurize(texts).features
     if features is None:
       features = mine
       continue

@@ -362,7 +362,6 @@ def bench_serve(args, model, work):
 def bench_padding(args, model):
   """The Predictor's own graph and session, fed the same sorted batches two ways."""
   import tensorflow.compat.v1 as tf  # pylint: disable=import-outside-toplevel
-  from bert_mgpu.classifier import model as classifier_model  # pylint: disable=import-outside-toplevel
   from bert_mgpu.training import run_settings  # pylint: disable=import-outside-toplevel
   from bert_mgpu.data import tfrecord_io  # pylint: disable=import-outside-toplevel
   from bert_mgpu.serving import (  # pylint: disable=import-outside-toplevel
@@ -370,13 +369,13 @@ def bench_padding(args, model):
 
   tf.logging.set_verbosity(tf.logging.WARN)
   loaded = serving_predictor.load_export(model["export_dir"])
-  predictor = serving_predictor.Predictor(
-      loaded, classifier_model.model_fn_of(loaded.files, loaded.bert_config),
-      run_settings.DeviceSettings().check(), args.batch_size)
-  features = predictor.featurize(model["texts"])
+  text_predictor = serving_predictor.load_predictor(
+      loaded, run_settings.DeviceSettings().check(), args.batch_size)
+  features = text_predictor.featurize(model["texts"]).features
+  # pylint: disable=protected-access
+  predictor = text_predictor._runner  # the TensorFlow Predictor (its session and graph)
   lengths = features.arrays["input_mask"].sum(axis=1)
   order = np.argsort(-lengths, kind="stable")
-  # pylint: disable=protected-access
   # Predictor.predict always cuts to the longest; its graph takes any length, so feeding it
   # the full max_seq_length rows is the fixed-padding baseline on the same weights and session.
   session, inputs, output = predictor._session, predictor._inputs, predictor._output

@@ -7,8 +7,8 @@
   feature cache (its featurizing processes fork before the device check), the head
   (bert_mgpu/classifier/model.py), training with dev evaluation, then the eval report, the
   predictions (bert_mgpu/classifier/predictions.py) and the export.
-- export_model(): a trained output_dir as a SavedModel (also alone: --export_dir without
-  --do_*).
+  Its export (job.Task.export, also alone: --export_dir without --do_*) serves the
+  classifier kind (classifier/serving.py).
 """
 
 import contextlib
@@ -24,10 +24,10 @@ from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.classifier import multi_label
 from bert_mgpu.classifier import predictions
 from bert_mgpu.classifier import records
+from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.classifier import task_registry
 from bert_mgpu import bert_files
 from bert_mgpu.data import tfrecord_io
-from bert_mgpu.serving import export
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
@@ -93,9 +93,9 @@ class ClassifierSettings(object):
   def model_settings(self):
     """The model_settings.json of a model trained with these settings (predict_text.py
     reads it)."""
-    return model_files.classifier_settings(self.task_name, self.do_lower_case,
-                                           self.max_seq_length, self.feature_options(),
-                                           self.window_pooling)
+    return classifier_serving.classifier_settings(self.task_name, self.do_lower_case,
+                                                  self.max_seq_length, self.feature_options(),
+                                                  self.window_pooling)
 
   def best_metric_key(self):
     """The eval_results.txt key of --best_metric (multi_label.eval_results_key)."""
@@ -174,7 +174,7 @@ class ClassifierTask(job.Task):
              else checkpoints.checkpoint_for_inference(output_dir, init_checkpoint,
                                                        checkpoints.BEST_SUBDIR)[0])
     if start:
-      classifier_model.check_head(start, self.settings.multi_label)
+      self.check_head(start, self.settings.model_settings())
 
   def write_model_files(self):
     s = self.settings
@@ -276,23 +276,10 @@ class ClassifierTask(job.Task):
           self.label_list, thresholds, s.label_separator,
           s.task_name if s.clue_submission else None)
 
-  def export(self, export_dir):
-    export_model(self.settings, self.job_settings.output_dir, export_dir)
+  def check_head(self, checkpoint, model_settings):
+    classifier_model.check_head(checkpoint, bool(model_settings.get("multi_label", False)))
 
-
-def export_model(settings, output_dir, export_dir):
-  """Exports the best (else latest) checkpoint of output_dir into export_dir."""
-  files = model_files.classifier_files_to_export(output_dir, settings.vocab_file,
-                                                settings.bert_config_file,
-                                                settings.model_settings())
-  bert_config = bert_files.load_bert_config(files.bert_config_file,
-                                            files.settings["max_seq_length"])
-  checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None,
-                                                         best_subdir=checkpoints.BEST_SUBDIR)
-  classifier_model.check_head(checkpoint, bool(files.settings.get("multi_label", False)))
-  path = export.export_classifier(export_dir, files, checkpoint,
-                                  classifier_model.model_fn_of(files, bert_config),
-                                  bert_config, settings.export_format)
-  tf.logging.info("Exported %s (%s) as %s to %s", checkpoint, why,
-                  export.format_description(settings.export_format), path)
-  return path
+  def model_files_to_export(self):
+    s = self.settings
+    return classifier_serving.files_to_export(self.job_settings.output_dir, s.vocab_file,
+                                              s.bert_config_file, s.model_settings())

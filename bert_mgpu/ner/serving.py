@@ -1,123 +1,230 @@
 # coding=utf-8
-"""Putting a trained NER model to work in TensorFlow: its settings, its SavedModel (and ONNX)
-export, and a predictor that finds the entities of raw text lines on every tower.
-
-The machinery is bert_mgpu/serving's (model files, versioned exports, Predictor,
-MicroBatcher); this module adds what token classification needs:
+"""The NER model as a servable kind (serving/kinds.py): its settings, raw text lines to
+entities around any tagger of windows (TensorFlow's, ner/serving_graph.py, or ONNX
+Runtime's, here), and the CRF decoding ONNX Runtime needs.
 
   model_settings.json  {"model": "ner", "do_lower_case", "max_seq_length", "doc_stride",
                        "use_crf"} beside vocab.txt, bert_config.json and labels.txt.
-  The export           inputs input_ids, input_mask, segment_ids (int32 [batch, seq], both
-                       dynamic); outputs tag_ids [batch, seq] (the Viterbi path with a CRF,
-                       else the argmax; 0 on [CLS], [SEP], padding and "##" pieces) and
-                       probabilities [batch, seq, num_tags]. The graph takes every piece but
-                       [CLS], [SEP], padding and "##" continuations as the first piece of a
-                       token, which is what featurizing gives when each token is one
-                       character (raw text, CLUENER) or one word piece run.
-  Raw text             ner/text_predictor.py (no TensorFlow): lines to windows, tag ids to
-                       predict_entities.jsonl records; load_predictor() gives it this
-                       module's model on every tower.
+  Raw text             every character of a line is a token, as in CLUENER: a line is
+                       featurized as a CLUENER sentence (windows of max_seq_length,
+                       doc_stride apart) and its entities become predict_entities.jsonl
+                       records {"text", "entities": [{"type", "start", "end", "text"}]},
+                       character offsets into the line, `end` exclusive; HTTP
+                       {"entities": [[...], ...]}, one list per text.
+  ONNX                 the model's probabilities (and, without a CRF, tag_ids); with a CRF,
+                       Viterbi decoding in NumPy over assets.extra/crf_transitions.json.
+
+No TensorFlow import: predict_text.py --backend=onnxruntime runs this.
 """
 
 import collections
+import json
+import logging
+import os
 
-import tensorflow.compat.v1 as tf
+import numpy as np
 
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
+from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf_numpy
-from bert_mgpu.ner import model as ner_model
-from bert_mgpu.ner import text_predictor
-from bert_mgpu.serving import export
-from bert_mgpu.serving import model_files
-from bert_mgpu.serving import onnx_export
-from bert_mgpu.serving import predictor
-from bert_mgpu.serving import serving_graph
-from bert_mgpu.training import checkpoints
+from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import formats
+from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner import tag_labels
+from bert_mgpu.ner import writers
+from bert_mgpu.serving import kinds
+from bert_mgpu.serving import model_inputs
+from bert_mgpu.serving import onnx_predictor
 
-NER_KINDS = (model_files.NER_KIND,)
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
+_LOGGER = logging.getLogger("tensorflow")
+
+NER_KIND = "ner"
 
 
 def ner_settings(do_lower_case, max_seq_length, doc_stride, use_crf):
   """The model_settings.json content of an NER model."""
   return collections.OrderedDict([
-      ("model", model_files.NER_KIND), ("do_lower_case", bool(do_lower_case)),
+      ("model", NER_KIND), ("do_lower_case", bool(do_lower_case)),
       ("max_seq_length", int(max_seq_length)), ("doc_stride", int(doc_stride)),
       ("use_crf", bool(use_crf))])
 
+# The window fields fed to a tagger, by feature name.
+_WINDOW_FIELDS = (("input_ids", "input_ids"), ("input_mask", "input_mask"),
+                  ("segment_ids", "segment_ids"), ("tag_mask", "label_mask"))
 
-def create_model_fn(model, pad_outputs=True):
-  """ner_model's model_fn for a predictor.LoadedModel of an NER model.
+# Pieces that never start a token: the window's own markers and padding.
+_NOT_TOKEN_PIECES = ("[CLS]", "[SEP]", "[PAD]")
+
+
+def first_piece_table(vocab, vocab_size):
+  """int32 [vocab_size]: 0 for the ids of [CLS], [SEP], [PAD] and "##" pieces, else 1.
+
+  The export computes its tag mask with it (tag_mask = table[input_ids] * input_mask):
+  what featurizing marks when each token is one character or one run of word pieces.
+  """
+  table = np.ones([vocab_size], np.int32)
+  for piece, index in vocab.items():
+    if index < vocab_size and (piece.startswith("##") or piece in _NOT_TOKEN_PIECES):
+      table[index] = 0
+  return table
+
+
+def sentences_of_texts(texts):
+  """NerSentences of raw text lines: one token per character (CLUENER's rule)."""
+  return [formats.NerSentence(list(text), None, text, list(range(len(text))))
+          for text in texts]
+
+
+NerFeatures = collections.namedtuple("NerFeatures", ["features", "sentences", "featurized"])
+NerFeatures.__doc__ = """The windows of some texts and what turns their predictions back.
+
+Fields:
+  features: model_inputs.Features of every window, in text order (what the tagger runs).
+  sentences: list of NerSentence, one per text.
+  featurized: per text, (SentencePieces, list of NerWindow) (featurizing.featurize_sentences).
+"""
+
+
+class NerPredictor(kinds.TextPredictor):
+  """An NER model: raw texts in, predict_entities.jsonl records out, around a tagger of
+  windows: predict(model_inputs.Features) -> int32 [windows, max_seq_length] tag ids."""
+
+  def __init__(self, model, tagger):
+    super(NerPredictor, self).__init__(model, tagger)
+    self.doc_stride = model.files.settings["doc_stride"]
+    self.scheme = ner_scoring.detect_scheme(self.labels)
+
+  def featurize(self, texts_a, texts_b=None):
+    """NerFeatures of raw texts (each line one sentence, each character one token)."""
+    del texts_b  # the kind takes no pairs
+    sentences = sentences_of_texts(texts_a)
+    featurized = featurizing.featurize_sentences(sentences, self.model.tokenizer, self.labels,
+                                                 self.max_seq_length, self.doc_stride)
+    windows = [window for _, windows in featurized for window in windows]
+    arrays = {name: np.array([getattr(w, field) for w in windows],
+                             np.int32).reshape([len(windows), self.max_seq_length])
+              for name, field in _WINDOW_FIELDS}
+    return NerFeatures(model_inputs.Features(arrays, np.zeros([len(windows)], np.bool_)),
+                       sentences, featurized)
+
+  def predict(self, features):
+    """The tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
+    if not len(features.truncated):
+      return np.zeros([0, self.max_seq_length], np.int32)
+    return self._runner.predict(features)
+
+  def decode(self, featurized, outputs):
+    """predict_entities.jsonl records of the texts, from their windows' tag ids."""
+    records, start = [], 0
+    for sentence, (aligned, windows) in zip(featurized.sentences, featurized.featurized):
+      tags = featurizing.tags_from_windows(aligned, windows,
+                                           outputs[start:start + len(windows)],
+                                           self.labels, self.scheme)
+      records.append(writers.entity_records(sentence, tags))
+      start += len(windows)
+    return records
+
+  def file_text(self, records):
+    """predict_entities.jsonl lines of entity records."""
+    return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+  def log_file_run(self, featurized, records, seconds, featurize_seconds):
+    del featurize_seconds
+    _LOGGER.info("Found %d entities in %d text(s) (%d window(s)) in %.2f s (%.1f texts/s).",
+                 sum(len(r["entities"]) for r in records), len(records),
+                 len(featurized.features.truncated), seconds,
+                 len(records) / max(seconds, 1e-9))
+
+  def reply(self, records, truncated):
+    del truncated  # windows are never cut
+    return {"entities": [record["entities"] for record in records]}
+
+
+# ---------------------------------------------------------------------------
+# ONNX Runtime: the tagger, and the CRF decoded in NumPy
+# ---------------------------------------------------------------------------
+
+class OnnxTagger(onnx_predictor.OnnxRun):
+  """An NER model's windows on ONNX Runtime: tag ids, decoded in NumPy with a CRF."""
+
+  def _run_batch(self, arrays):
+    """int32 [batch, max_seq_length] tag ids of one batch of windows (cut to its longest)."""
+    feed = {name: arrays[name] for name in MODEL_INPUTS}
+    transitions = self.model.assets.get("crf_transitions")
+    if transitions is None:
+      tag_ids = self._session.run(["tag_ids"], feed)[0]
+    else:
+      tag_ids = crf_tag_ids(self._session.run(["probabilities"], feed)[0],
+                            arrays["tag_mask"], transitions)
+    padded = np.zeros([len(tag_ids), self.max_seq_length], np.int32)
+    padded[:, :tag_ids.shape[1]] = tag_ids
+    return padded
+
+  def predict(self, features):
+    """Tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
+    return self._predict_in_batches(features.arrays, self._run_batch)
+
+
+def crf_tag_ids(probabilities, tag_mask, transitions):
+  """The CRF's tags of a batch, as the TensorFlow graph decodes them: Viterbi over each
+  window's first pieces (tag_mask), 0 elsewhere.
 
   Args:
-    pad_outputs: pad per-piece outputs back to max_seq_length (so that batches of any
-      length concatenate; not in the export, whose outputs keep the input length).
-  """
-  settings = model.files.settings
-  return ner_model.create_model_fn(
-      model.bert_config, len(model.files.labels), settings["use_crf"],
-      max_seq_length=settings["max_seq_length"] if pad_outputs else None)
-
-
-# ---------------------------------------------------------------------------
-# SavedModel export
-# ---------------------------------------------------------------------------
-
-def signature_outputs(model, inputs):
-  """Builds the NER serving graph on `inputs`; returns tag_ids and probabilities."""
-  features = serving_graph.checked_features(inputs, model.bert_config)
-  table = tf.constant(text_predictor.first_piece_table(model.tokenizer.vocab,
-                                                      model.bert_config.vocab_size))
-  features["tag_mask"] = tf.gather(table, features["input_ids"]) * features["input_mask"]
-  outputs = create_model_fn(model, pad_outputs=False)(features, False)
-  return collections.OrderedDict([
-      ("tag_ids", tf.identity(outputs["tag_ids"], name="tag_ids")),  # [batch, seq]
-      ("probabilities", tf.identity(outputs["probabilities"], name="probabilities")),
-  ])
-
-
-def export_output_dir(output_dir, export_base, export_format=onnx_export.ExportFormat()):
-  """Exports the best (else latest) checkpoint of an NER output_dir as a SavedModel, an ONNX
-  model or both (export_format: onnx_export.ExportFormat).
-
-  The ONNX model keeps the probabilities (and, without a CRF, tag_ids); with a CRF its
-  transitions go into assets.extra/crf_transitions.json and the predictor decodes in NumPy.
+    probabilities: float [batch, seq, tags] of the ONNX model (their logarithms give the
+      Viterbi path of the logits: a constant per position changes no path).
+    tag_mask: int [batch, seq], 1 on the first piece of each token.
+    transitions: float [tags, tags] (crf_numpy).
 
   Returns:
-    (the version directory written, the checkpoint, why that one).
-
-  Raises:
-    UsageError: output_dir is not a complete NER model (a classifier's, say), or the
-      export cannot be written.
+    int32 [batch, seq].
   """
-  files = model_files.find_model_files(
-      output_dir, "train it with this version of run_ner_mgpu.py --do_train, which saves "
-      "them there.", NER_KINDS)
-  checkpoint, why = checkpoints.checkpoint_for_inference(output_dir, None, best_subdir="best")
-  model = predictor.load_model(files, checkpoint, checkpoint)
-  use_crf = bool(files.settings["use_crf"])
-  extra_assets = {}
-  if use_crf and onnx_export.writes_onnx(export_format.name):
-    extra_assets[crf_numpy.CRF_TRANSITIONS_FILE] = crf_numpy.transitions_json(
-        tf.train.load_checkpoint(checkpoint).get_tensor(ner_model.CRF_TRANSITIONS),
-        files.labels)
-  path = export.export_saved_model(
-      export_base, files, checkpoint, lambda inputs: signature_outputs(model, inputs),
-      export_format, ("probabilities",) + (() if use_crf else ("tag_ids",)), extra_assets)
-  return path, checkpoint, why
+  tags = np.zeros(tag_mask.shape, np.int32)
+  with np.errstate(divide="ignore"):  # a probability of 0 is a score of -inf
+    scores = np.log(probabilities)
+  for row in range(len(tags)):
+    positions = np.flatnonzero(tag_mask[row])
+    tags[row, positions] = crf_numpy.viterbi_decode(scores[row, positions], transitions)
+  return tags
 
 
-# ---------------------------------------------------------------------------
-# The predictor
-# ---------------------------------------------------------------------------
+class NerKind(kinds.ServableKind):
+  """A token classifier finding entities (run_ner_mgpu.py), softmax or CRF head."""
 
-def load_predictor(model, devices, batch_size_per_tower):
-  """A text_predictor.NerPredictor of an NER model on every tower.
+  name = NER_KIND
+  description = "an NER model"
+  script = "run_ner_mgpu.py"
+  settings_fields = ("doc_stride", "use_crf")
 
-  Args:
-    model: predictor.LoadedModel of an NER model.
-    devices: a checked run_settings.DeviceSettings.
-    batch_size_per_tower: windows per tower per step.
-  """
-  tagger = predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
-                               input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")
-  return text_predictor.NerPredictor(model, tagger)
+  def read_labels(self, path):
+    return tag_labels.read_label_file(path)
+
+  def onnx_outputs(self, files):
+    outputs = {"probabilities": ("tensor(float)", [None, None, len(files.labels)])}
+    if not files.settings["use_crf"]:
+      outputs["tag_ids"] = ("tensor(int32)", [None, None])
+    return outputs
+
+  def read_onnx_assets(self, assets_dir, files):
+    """A CRF's transitions, which ONNX Runtime's Viterbi decoding needs."""
+    if not files.settings["use_crf"]:
+      return {}
+    path = os.path.join(assets_dir, crf_numpy.CRF_TRANSITIONS_FILE)
+    if not os.path.isfile(path):
+      raise UsageError("%s has no %s, which decodes the CRF outside the graph: export the "
+                       "model again with run_ner_mgpu.py --export_format=onnx (or both)." %
+                       (assets_dir, crf_numpy.CRF_TRANSITIONS_FILE))
+    return {"crf_transitions": crf_numpy.read_transitions(path, files.labels)}
+
+  def onnx_runner(self, model, session, batch_size, length_multiple):
+    return OnnxTagger(model, session, batch_size, length_multiple)
+
+  def text_predictor(self, model, runner):
+    return NerPredictor(model, runner)
+
+  def graph(self):
+    from bert_mgpu.ner import serving_graph  # pylint: disable=import-outside-toplevel
+    return serving_graph.NerGraph()
+
+
+kinds.register(NerKind())

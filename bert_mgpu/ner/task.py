@@ -7,7 +7,8 @@
   model files, every split's windows (on every run, no cache), trains the head of
   bert_mgpu/ner/model.py, then scores the dev set and writes the predictions
   (bert_mgpu/ner/predictions.py).
-- export_model(): the SavedModel export of a trained output_dir (ner/serving.py).
+- Its export (job.Task.export, also alone: --export_dir without --do_*) serves the NER
+  kind (ner/serving.py).
 
 Outputs in output_dir: labels.txt, eval_results.txt, eval_report.txt and .json, predict.txt
 (conll) or predict.json (cluener), predict_entities.jsonl.
@@ -25,7 +26,6 @@ from bert_mgpu.ner import predictions
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.ner import splits as ner_splits
-from bert_mgpu.serving import export
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import checkpoints
@@ -65,6 +65,11 @@ class NerSettings(object):
     self.do_predict = do_predict
     self.best_metric = best_metric
     self.early_stopping_patience = early_stopping_patience
+
+  def model_settings(self):
+    """The model_settings.json of a model trained with these settings (ner/serving.py)."""
+    return ner_serving.ner_settings(self.do_lower_case, self.max_seq_length, self.doc_stride,
+                                    self.use_crf)
 
 
 class NerTask(job.Task):
@@ -112,14 +117,16 @@ class NerTask(job.Task):
       checkpoint, _ = checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
                                                            self.job_settings.init_checkpoint,
                                                            checkpoints.BEST_SUBDIR)
-      ner_model.check_head(checkpoint, self.settings.use_crf)
+      self.check_head(checkpoint, self.settings.model_settings())
+
+  def check_head(self, checkpoint, model_settings):
+    ner_model.check_head(checkpoint, bool(model_settings["use_crf"]))
 
   def write_model_files(self):
     s = self.settings
     label_files.write_label_file(self.job_settings.output_dir, self.label_list)
-    model_files.save_model_files(
-        self.job_settings.output_dir, s.vocab_file, s.bert_config_file,
-        ner_serving.ner_settings(s.do_lower_case, s.max_seq_length, s.doc_stride, s.use_crf))
+    model_files.save_model_files(self.job_settings.output_dir, s.vocab_file,
+                                 s.bert_config_file, s.model_settings())
 
   def featurize(self, config):
     ner_splits.featurize(self.splits, self.tokenizer, self.label_list, config.cache_dir,
@@ -185,15 +192,10 @@ class NerTask(job.Task):
       tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
                       len(tags), sum(len(ner_scoring.entities(t)) for t in tags), output_dir)
 
-  def export(self, export_dir):
-    export_model(self.job_settings.output_dir, export_dir, self.settings.export_format)
-
-
-def export_model(output_dir, export_dir, export_format=onnx_export.ExportFormat()):
-  """Exports the best (else latest) checkpoint of output_dir to export_dir."""
-  path, checkpoint, why = ner_serving.export_output_dir(output_dir, export_dir, export_format)
-  tf.logging.info("Exported %s (%s) as %s to %s", checkpoint, why,
-                  export.format_description(export_format), path)
+  def model_files_to_export(self):
+    return model_files.find_model_files(
+        self.job_settings.output_dir, "train it with this version of run_ner_mgpu.py "
+        "--do_train, which saves them there.", (ner_serving.NER_KIND,))
 
 
 def log_tag_skew(config, windows, num_tags, shuffle_buffer):

@@ -1,23 +1,19 @@
 # coding=utf-8
-"""SavedModel export: the serving signature of a classifier, and the export of any kind of
-model into the next version directory, with its model files in assets.extra/
+"""SavedModel export: a trained model of any kind (its signature is its kind's,
+serving/kinds.py) into the next version directory, with its model files in assets.extra/
 (export_versions.py, docs/SERVING.md).
 """
 
-import collections
 import os
-import re
 import shutil
 import time
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.classifier import multi_label
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.errors import write_error
 from bert_mgpu.serving import export_versions
 from bert_mgpu.serving import model_files
-from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import serving_graph
 
@@ -32,48 +28,9 @@ def format_description(export_format):
   return " and ".join(parts)
 
 
-def checkpoint_of_export(version_dir):
-  """The weights of a SavedModel version directory (its variables/ is a checkpoint)."""
-  return os.path.join(version_dir, "variables", "variables")
-
-
 # ---------------------------------------------------------------------------
 # Writing an export
 # ---------------------------------------------------------------------------
-
-
-def _signature_outputs(model_fn, inputs, bert_config, files):
-  """Builds the serving graph on `inputs`; returns the signature's output tensors."""
-  features = serving_graph.checked_features(inputs, bert_config)
-  probabilities = model_fn(features, False)["probabilities"]  # [batch, num_labels]
-  labels = files.labels
-  if files.thresholds is not None:
-    return _multi_label_outputs(probabilities, labels, files.thresholds,
-                                files.settings["label_separator"])
-  label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)  # [batch]
-  return collections.OrderedDict([
-      ("probabilities", tf.identity(probabilities, name="probabilities")),
-      ("label_id", tf.identity(label_id, name="label_id")),
-      ("label", tf.gather(tf.constant(labels), label_id, name="label")),  # [batch] strings
-  ])
-
-
-def _multi_label_outputs(probabilities, labels, thresholds, separator):
-  """probabilities [batch, labels], predicted [batch, labels] int32 (1: the label reaches its
-  threshold), and label [batch]: the predicted labels joined by the separator."""
-  chosen = probabilities >= tf.constant(thresholds, tf.float32)  # [batch, labels]
-  # Each chosen label preceded by the separator, joined, then the first separator cut.
-  pieces = tf.where(chosen, tf.broadcast_to(tf.constant([separator + l for l in labels]),
-                                            tf.shape(chosen)),
-                    tf.fill(tf.shape(chosen), ""))
-  joined = tf.strings.reduce_join(pieces, axis=-1)  # [batch]
-  label = tf.strings.regex_replace(joined, "^" + re.escape(separator), "",
-                                   replace_global=False)
-  return collections.OrderedDict([
-      ("probabilities", tf.identity(probabilities, name="probabilities")),
-      ("predicted", tf.cast(chosen, tf.int32, name="predicted")),
-      ("label", tf.identity(label, name="label")),
-  ])
 
 
 def _write_saved_model(path, graph, checkpoint, inputs, outputs):
@@ -151,26 +108,15 @@ def _claim_version_dir(export_base, temp_dir):
     return target
 
 
-def export_classifier(export_base, files, checkpoint, model_fn, bert_config,
-                      export_format=onnx_export.ExportFormat()):
-  """Writes a SavedModel of the classifier (and, as export_format says, an ONNX model) into
-  the next version directory of export_base.
-
-  The serving_default signature takes input_ids, input_mask and segment_ids, int32
-  [batch, seq] with both dimensions dynamic, and returns probabilities [batch, num_labels],
-  label_id [batch] and label [batch] (the label name); a multi-label classifier's returns
-  probabilities, predicted [batch, num_labels] int32 and label [batch] (its predicted labels
-  joined by its separator). assets.extra/ gets the model files (and thresholds.json).
-  The export is assembled in a temp directory and renamed, so a crash leaves no half export.
+def export_model(export_base, model, export_format=onnx_export.ExportFormat()):
+  """Writes a SavedModel of a trained model (and, as export_format says, an ONNX model) into
+  the next version directory of export_base, with the model files in assets.extra/. What
+  the signature returns is the kind's (its graph().signature_outputs; docs/SERVING.md).
 
   Args:
     export_base: the --export_dir (created if missing).
-    files: model_files.ModelFiles of the trained model.
-    checkpoint: the weights to export.
-    model_fn: bert_mgpu.classifier.model.create_model_fn(bert_config, num_labels).
-    bert_config: the model's BertConfig.
-    export_format: onnx_export.ExportFormat; the ONNX model keeps the probabilities (the
-      labels and the multi-label thresholds are applied in NumPy).
+    model: predictor.LoadedModel of the weights to export.
+    export_format: onnx_export.ExportFormat.
 
   Returns:
     The version directory written.
@@ -178,10 +124,13 @@ def export_classifier(export_base, files, checkpoint, model_fn, bert_config,
   Raises:
     UsageError: the checkpoint does not match the model, or export_base cannot be written.
   """
+  files = model.files
+  kind_graph = files.kind.graph()
   return export_saved_model(
-      export_base, files, checkpoint,
-      lambda inputs: _signature_outputs(model_fn, inputs, bert_config, files),
-      export_format, onnx_outputs=("probabilities",))
+      export_base, files, model.checkpoint,
+      lambda inputs: kind_graph.signature_outputs(model, inputs), export_format,
+      kind_graph.onnx_output_names(files),
+      kind_graph.export_assets(files, model.checkpoint, export_format))
 
 
 def export_saved_model(export_base, files, checkpoint, build_outputs,
@@ -209,10 +158,9 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
   """
   graph = tf.Graph()
   with graph.as_default():
-    inputs = serving_graph.serving_inputs(windowed=model_inputs.is_windowed(files.settings))
+    inputs = serving_graph.serving_inputs(rank=files.kind.input_rank(files.settings))
     outputs = build_outputs(inputs)
-    serving_graph.check_checkpoint_variables(checkpoint, files.labels_file,
-                                           files.settings["model"])
+    serving_graph.check_checkpoint_variables(checkpoint, files.labels_file, files.kind)
   try:
     os.makedirs(export_base, exist_ok=True)
   except OSError as e:
@@ -236,11 +184,7 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
       atomic_write_text(os.path.join(assets, name), text)
     model_files.save_model_files(assets, files.vocab_file, files.bert_config_file,
                                  files.settings)
-    atomic_write_text(os.path.join(assets, model_files.LABELS_FILE),
-                      model_files.read_utf8(files.labels_file))
-    if files.thresholds is not None:
-      multi_label.write_thresholds(assets, files.labels, files.thresholds,
-                                   "the thresholds of the exported model")
+    files.kind.write_assets(assets, files)
     return _claim_version_dir(export_base, temp_dir)
   except (OSError, tf.errors.OpError) as e:
     raise write_error(export_base, e)

@@ -61,6 +61,11 @@ def newest_version_dir(export_dir):
                        export_dir, SAVED_MODEL_FILE, ONNX_FILE, export_dir))
 
 
+def checkpoint_of_export(version_dir):
+  """The weights of a SavedModel version directory (its variables/ is a checkpoint)."""
+  return os.path.join(version_dir, "variables", "variables")
+
+
 def assets_dir(version_dir):
   """Where a version keeps the model files (vocab, config, labels, settings)."""
   return os.path.join(version_dir, EXPORT_ASSETS_DIR)

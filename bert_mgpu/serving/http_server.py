@@ -2,9 +2,9 @@
 """The HTTP endpoint of predict_text.py --serve (docs/SERVING.md): JSON in and out, requests
 micro-batched, a drain on SIGTERM.
 
-  POST /predict  {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities", "truncated"}
-                 (NER: {"texts": [...]} -> {"entities": [[...], ...]})
-  GET  /labels   {"labels": [...]}
+  POST /predict  {"texts": [...], "texts_b": [...]} -> the kind's reply (serving/kinds.py;
+                 a classifier's {"labels", "probabilities", "truncated"})
+  GET  /labels   the kind's metadata ({"labels": [...]})
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
                  503 {"status": "draining"} after SIGTERM
 """
@@ -19,7 +19,6 @@ import time
 
 from bert_mgpu.errors import UsageError, signal_name
 from bert_mgpu.serving import batching
-from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 from bert_mgpu import signals
 
@@ -134,46 +133,34 @@ class ServingState(object):
       return self._active
 
   def predict(self, texts, texts_b):
-    """The reply to a POST /predict of parsed texts.
+    """The reply to a POST /predict of parsed texts: the kind's (TextPredictor.reply).
 
     Texts are featurized and queued `chunk_size` at a time, so a large request holds the
     arrays of one chunk only and other requests' batches run between its chunks.
 
     Raises:
-      BadRequest: a text has no tokens (a classifier), or "texts_b" sent to an NER model.
+      BadRequest: a text has no tokens, or "texts_b" sent to a kind that takes no pairs.
     """
-    if model_files.is_ner(self.predictor.model):
-      return self._predict_entities(texts, texts_b)
-    probabilities, truncated = [], 0
+    predictor = self.predictor
+    if texts_b is not None and not predictor.takes_text_b:
+      raise BadRequest('this is %s: send "texts" only (no "texts_b")' %
+                       predictor.model.files.kind.description)
+    records, truncated = [], 0
     for start in range(0, len(texts), self.chunk_size):
       chunk_b = texts_b[start:start + self.chunk_size] if texts_b is not None else None
       try:
-        features = self.predictor.featurize(texts[start:start + self.chunk_size], chunk_b)
+        featurized = predictor.featurize(texts[start:start + self.chunk_size], chunk_b)
       except model_inputs.NoTokensError as e:
         raise BadRequest("%s[%d] has no tokens (only spaces, control or invisible "
                          "characters): send a text" %
                          ("texts" if e.field == "a" else "texts_b", start + e.row))
-      truncated += int(features.truncated.sum())
-      probabilities.extend(self.batcher.predict(features))
+      truncated += int(featurized.features.truncated.sum())
+      records.extend(predictor.decode(featurized,
+                                      self.batcher.predict(featurized.features)))
     with self._idle:  # counted once answered, as /healthz promises
       self.truncated += truncated
       self.requests += 1
-    return {"labels": self.predictor.predicted_labels(probabilities),
-            "probabilities": [[float(p) for p in row] for row in probabilities],
-            "truncated": truncated}
-
-  def _predict_entities(self, texts, texts_b):
-    """The reply of an NER model: {"entities": [[entity, ...] per text]}, chunk by chunk."""
-    if texts_b is not None:
-      raise BadRequest('this is an NER model: send "texts" only (no "texts_b")')
-    entities = []
-    for start in range(0, len(texts), self.chunk_size):
-      features = self.predictor.featurize(texts[start:start + self.chunk_size])
-      tag_ids = self.batcher.predict(features.features)
-      entities.extend(r["entities"] for r in self.predictor.entities(features, tag_ids))
-    with self._idle:
-      self.requests += 1
-    return {"entities": entities}
+    return predictor.reply(records, truncated)
 
 
 # ---------------------------------------------------------------------------
@@ -217,7 +204,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       if self.state.predictor is None:
         self._reply(503, {"error": "the model is still loading"})
       else:
-        self._reply(200, {"labels": self.state.predictor.labels})
+        self._reply(200, self.state.predictor.metadata())
     else:
       self._reply(404, {"error": "no such path: use POST /predict, GET /labels or /healthz"})
 
@@ -368,7 +355,7 @@ def serve(host, port, load_predictor, batch_window_seconds, max_batch, max_reque
 
   Args:
     host, port: where to listen (port 0: any free one; the log names it).
-    load_predictor: returns the loaded predictor (a classifier's Predictor, an NerPredictor);
+    load_predictor: returns the loaded kinds.TextPredictor;
       called once listening, so that /healthz says 503 meanwhile. Raises UsageError.
     batch_window_seconds, max_batch: the batching.MicroBatcher's (a larger request runs in
       chunks of max_batch texts).

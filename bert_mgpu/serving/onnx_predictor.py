@@ -2,37 +2,35 @@
 """The predictor on ONNX Runtime (predict_text.py --backend=onnxruntime): an export's
 model.onnx (or model.int8.onnx) run on the CPU, with no TensorFlow.
 
-The same texts in and the same answers out as the TensorFlow predictor (predictor.py):
-featurizing, length-sorted batches cut to their longest text, labels and multi-label
-thresholds, NER windows and entities are the same code. What the graph of the ONNX export
-leaves out runs here in NumPy: a CRF's Viterbi decoding over crf_transitions.json
-(docs/SERVING.md). A serving machine needs NumPy, onnxruntime and absl-py only.
+The same texts in and the same answers out as the TensorFlow predictor (predictor.py): the
+kind's featurizing and decoding (serving/kinds.py) and the length-sorted batches cut to
+their longest row are the same code. What the graph of the ONNX export leaves out runs in
+NumPy in the kind's runner (e.g. a CRF's Viterbi decoding, ner/serving.py; docs/SERVING.md).
+A serving machine needs NumPy, onnxruntime and absl-py only.
 """
 
 import collections
 import json
 import os
 
-import numpy as np
 
-from bert_mgpu import command_line_base
+from bert_mgpu import bert_files
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.errors import UsageError
-from bert_mgpu.ner import crf_numpy
-from bert_mgpu.ner import text_predictor
 from bert_mgpu.serving import export_versions
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 
 OnnxModel = collections.namedtuple(
-    "OnnxModel", ["files", "tokenizer", "onnx_path", "crf_transitions", "description"])
+    "OnnxModel", ["files", "tokenizer", "onnx_path", "assets", "description"])
 OnnxModel.__doc__ = """An export's ONNX model and its files, checked, before its session.
 
 Fields:
   files: model_files.ModelFiles (from the version's assets.extra/).
   tokenizer: tokenization.FullTokenizer with the trained do_lower_case.
   onnx_path: the .onnx file to run.
-  crf_transitions: float32 [tags, tags] of an NER model with a CRF, else None.
+  assets: dict of what the kind reads for ONNX Runtime (ServableKind.read_onnx_assets, e.g.
+    a CRF's transitions).
   description: what runs, for the log.
 """
 
@@ -119,8 +117,8 @@ def load_model(export_dir, onnx_file=None):
   version_dir = export_versions.newest_version_dir(export_dir)
   assets = export_versions.assets_dir(version_dir)
   files = model_files.find_model_files(
-      assets, "export the model with run_classifier_mgpu.py or run_ner_mgpu.py --export_dir.",
-      model_files.ANY_KIND)
+      assets, "export the model with %s --export_dir." % " or ".join(
+          model_files.kind_script(kind) for kind in model_files.any_kind()))
   onnx_path = onnx_file_path(version_dir, onnx_file)
   if not os.path.isfile(onnx_path):
     int8 = os.path.basename(onnx_path) == export_versions.ONNX_INT8_FILE
@@ -128,33 +126,20 @@ def load_model(export_dir, onnx_file=None):
                      "--export_format=onnx (or both)%s." % (
                          onnx_path, model_files.kind_script(files.settings["model"]),
                          " --onnx_int8" if int8 else ""))
-  tokenizer = command_line_base.checked_tokenizer(
+  tokenizer = bert_files.checked_tokenizer(
       files.vocab_file, files.settings["do_lower_case"], _vocab_size(files.bert_config_file),
       files.bert_config_file,
       literal_special_tokens=bool(files.settings.get("literal_special_tokens", False)))
-  transitions = None
-  if files.settings["model"] == model_files.NER_KIND and files.settings["use_crf"]:
-    path = os.path.join(assets, crf_numpy.CRF_TRANSITIONS_FILE)
-    if not os.path.isfile(path):
-      raise UsageError("%s has no %s, which decodes the CRF outside the graph: export the "
-                       "model again with run_ner_mgpu.py --export_format=onnx (or both)." %
-                       (assets, crf_numpy.CRF_TRANSITIONS_FILE))
-    transitions = crf_numpy.read_transitions(path, files.labels)
-  return OnnxModel(files, tokenizer, onnx_path, transitions, "the ONNX model %s" % onnx_path)
+  return OnnxModel(files, tokenizer, onnx_path, files.kind.read_onnx_assets(assets, files),
+                   "the ONNX model %s" % onnx_path)
 
 
 def _expected_interface(files):
   """The inputs and the outputs the predictor needs of a model of these files: each a dict
   name -> (ONNX type, shape), None in a shape for a dimension of any size."""
-  rank = 3 if model_inputs.is_windowed(files.settings) else 2
+  rank = files.kind.input_rank(files.settings)
   inputs = {name: ("tensor(int32)", [None] * rank) for name in MODEL_INPUTS}
-  num_labels = len(files.labels)
-  if files.settings["model"] != model_files.NER_KIND:
-    return inputs, {"probabilities": ("tensor(float)", [None, num_labels])}
-  outputs = {"probabilities": ("tensor(float)", [None, None, num_labels])}
-  if not files.settings["use_crf"]:
-    outputs["tag_ids"] = ("tensor(int32)", [None, None])
-  return inputs, outputs
+  return inputs, files.kind.onnx_outputs(files)
 
 
 def _fits(value, wanted):
@@ -221,109 +206,55 @@ def open_session(model, threads=None):
   return session
 
 
-class _OnnxRun(object):
-  """An ONNX Runtime session and how its batches are cut; what both predictors share."""
+class OnnxRun(object):
+  """An ONNX Runtime session run on featurized rows in length-sorted batches: a kind's
+  runner (ServableKind.onnx_runner) of one output, or the base of a kind's own."""
 
-  def __init__(self, model, session, batch_size, length_multiple=1):
+  def __init__(self, model, session, batch_size, length_multiple=1, output_name=None,
+               num_outputs=None):
     """Args:
       model: OnnxModel; session: open_session(model).
-      batch_size: texts (NER: windows) per session.run.
-      length_multiple: batches are cut to their longest text rounded up to this (None:
+      batch_size: rows (texts, or a kind's windows) per session.run.
+      length_multiple: batches are cut to their longest row rounded up to this (None:
         every batch is max_seq_length long).
+      output_name: the output predict() returns.
+      num_outputs: the width of a [rows, num_outputs] output, or None.
     """
     self.model = model
     self.max_seq_length = model.files.settings["max_seq_length"]
     self._session = session
     self._batch_size = batch_size
     self._length_multiple = length_multiple
+    self._output_name = output_name
+    self._num_outputs = num_outputs
 
   def _predict_in_batches(self, arrays, run_batch, num_outputs=None):
     return model_inputs.predict_in_batches(arrays, run_batch, self._batch_size,
                                            self.max_seq_length, self._length_multiple,
                                            num_outputs)
 
+  def predict(self, features):
+    """The output of featurized rows (model_inputs.Features): [n, ...], in input order."""
+    def run_batch(arrays):
+      return self._session.run([self._output_name], arrays)[0]
+    return self._predict_in_batches({name: features.arrays[name] for name in MODEL_INPUTS},
+                                    run_batch, self._num_outputs)
+
   def close(self):
     self._session = None
 
 
-class OnnxPredictor(_OnnxRun):
-  """A classifier on ONNX Runtime: featurize(), predict(), predicted_labels(), close(), as
-  predictor.Predictor."""
-
-  def __init__(self, model, session, batch_size, length_multiple=1):
-    super(OnnxPredictor, self).__init__(model, session, batch_size, length_multiple)
-    self.labels = model.files.labels
-
-  def featurize(self, texts_a, texts_b=None):
-    return model_inputs.featurize(self.model.tokenizer, self.max_seq_length, texts_a, texts_b,
-                                  model_files.feature_options(self.model.files.settings))
-
-  def predict(self, features):
-    """Class probabilities of featurized texts: np.float32 [n, num_labels], in input order."""
-    def run_batch(arrays):
-      return self._session.run(["probabilities"], arrays)[0]
-    return self._predict_in_batches({name: features.arrays[name] for name in MODEL_INPUTS},
-                                    run_batch, len(self.labels))
-
-  def predicted_labels(self, probabilities):
-    return model_files.predicted_labels(self.model.files, probabilities)
-
-
-class OnnxTagger(_OnnxRun):
-  """An NER model's windows on ONNX Runtime: tag ids, decoded in NumPy with a CRF."""
-
-  def _run_batch(self, arrays):
-    """int32 [batch, max_seq_length] tag ids of one batch of windows (cut to its longest)."""
-    feed = {name: arrays[name] for name in MODEL_INPUTS}
-    if self.model.crf_transitions is None:
-      tag_ids = self._session.run(["tag_ids"], feed)[0]
-    else:
-      tag_ids = crf_tag_ids(self._session.run(["probabilities"], feed)[0],
-                            arrays["tag_mask"], self.model.crf_transitions)
-    padded = np.zeros([len(tag_ids), self.max_seq_length], np.int32)
-    padded[:, :tag_ids.shape[1]] = tag_ids
-    return padded
-
-  def predict(self, features):
-    """Tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
-    return self._predict_in_batches(features.arrays, self._run_batch)
-
-
-def crf_tag_ids(probabilities, tag_mask, transitions):
-  """The CRF's tags of a batch, as the TensorFlow graph decodes them: Viterbi over each
-  window's first pieces (tag_mask), 0 elsewhere.
-
-  Args:
-    probabilities: float [batch, seq, tags] of the ONNX model (their logarithms give the
-      Viterbi path of the logits: a constant per position changes no path).
-    tag_mask: int [batch, seq], 1 on the first piece of each token.
-    transitions: float [tags, tags] (crf_numpy).
-
-  Returns:
-    int32 [batch, seq].
-  """
-  tags = np.zeros(tag_mask.shape, np.int32)
-  with np.errstate(divide="ignore"):  # a probability of 0 is a score of -inf
-    scores = np.log(probabilities)
-  for row in range(len(tags)):
-    positions = np.flatnonzero(tag_mask[row])
-    tags[row, positions] = crf_numpy.viterbi_decode(scores[row, positions], transitions)
-  return tags
-
-
 def make_predictor(model, session, batch_size, length_multiple=1):
-  """The predictor of an OnnxModel and its session: an OnnxPredictor (classifier) or a
-  text_predictor.NerPredictor around an OnnxTagger.
+  """The kind's TextPredictor of an OnnxModel and its session.
 
   Args:
     model: OnnxModel; session: open_session(model).
-    batch_size: texts (NER: windows) per session.run.
-    length_multiple: see OnnxPredictor.
+    batch_size: rows (texts, or a kind's windows) per session.run.
+    length_multiple: see OnnxRun.
   """
-  if model_files.is_ner(model):
-    return text_predictor.NerPredictor(
-        model, OnnxTagger(model, session, batch_size, length_multiple))
-  return OnnxPredictor(model, session, batch_size, length_multiple)
+  kind = model.files.kind
+  return kind.text_predictor(model,
+                             kind.onnx_runner(model, session, batch_size, length_multiple))
 
 
 def load_predictor(export_dir, onnx_file=None, batch_size=32, threads=None,

@@ -10,14 +10,13 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.errors import UsageError
-from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
 
 
-def serving_inputs(names=MODEL_INPUTS, windowed=False):
-  """int32 placeholders [batch, seq] (windowed: [batch, windows, seq]), every dimension
+def serving_inputs(names=MODEL_INPUTS, rank=2):
+  """int32 placeholders [batch, seq] (rank 3: [batch, windows, seq]), every dimension
   dynamic."""
-  shape = [None, None, None] if windowed else [None, None]
+  shape = [None] * rank
   return collections.OrderedDict(
       (name, tf.placeholder(tf.int32, shape, name=name)) for name in names)
 
@@ -33,17 +32,20 @@ def checked_features(inputs, bert_config):
     return {name: tf.identity(tensor) for name, tensor in inputs.items()}
 
 
-def check_checkpoint_variables(checkpoint, labels_file, kind=model_files.CLASSIFIER_KIND):
+def check_checkpoint_variables(checkpoint, labels_file, kind):
   """Raises UsageError unless `checkpoint` holds every variable of the graph being built.
 
   Call it inside the graph, after the model is built. A SQuAD or pretraining checkpoint
   lacks the classifier (or NER) head; one trained with another label list has another head
   shape; an NER model trained without --use_crf lacks the CRF's transitions.
+
+  Args:
+    kind: the model's serving/kinds.ServableKind (for the message).
   """
   variables = tf.global_variables()
   missing = checkpoints.missing_variables(checkpoint, variables)
   if missing:
-    name, script = model_files.KINDS[kind][:2]
+    name, script = kind.description, kind.script
     raise checkpoints.lacking_variables_error(
         checkpoint, missing, "the %s's" % name.split(" ", 1)[1], "it is not %s trained with "
         "%s (a SQuAD or pretraining checkpoint, or one of another kind?). Give %s's "

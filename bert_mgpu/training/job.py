@@ -32,8 +32,13 @@ flags, checks them, builds the settings and calls run_job; it loads no model fil
 
 import contextlib
 
+import tensorflow.compat.v1 as tf
+
 from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu.serving import export
+from bert_mgpu.serving import predictor
+from bert_mgpu.training import checkpoints
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
 
@@ -104,9 +109,33 @@ class Task(object):
   def evaluate_and_predict(self, config, model_fn, inference):
     """On the chief, after any training: writes the eval results and the predictions."""
 
-  def export(self, export_dir):
-    """Exports the trained model into export_dir (a new version directory there)."""
+  def check_head(self, checkpoint, model_settings):
+    """Raises UsageError unless `checkpoint` holds this task's head (the variable names its
+    model.py defines) as the model_settings.json dict `model_settings` describes it."""
+
+  def model_files_to_export(self):
+    """The serving/model_files.ModelFiles of the model trained in output_dir; a task whose
+    model serves (a servable kind, serving/kinds.py) overrides it."""
     raise NotImplementedError("%s has no export" % type(self).__name__)
+
+  def export(self, export_dir):
+    """Exports the best (else latest) checkpoint of output_dir into export_dir (a new
+    version directory there), as self.settings.export_format says; a run with --export_dir
+    and no --do_* calls this alone.
+
+    Returns:
+      The version directory written.
+    """
+    files = self.model_files_to_export()
+    checkpoint, why = checkpoints.checkpoint_for_inference(
+        self.job_settings.output_dir, None, best_subdir=checkpoints.BEST_SUBDIR)
+    self.check_head(checkpoint, files.settings)
+    export_format = self.settings.export_format
+    path = export.export_model(export_dir, predictor.load_model(files, checkpoint, checkpoint),
+                               export_format)
+    tf.logging.info("Exported %s (%s) as %s to %s", checkpoint, why,
+                    export.format_description(export_format), path)
+    return path
 
 
 def record_file_inference(config, model_fn, record_files, spec, do_eval, do_predict):

@@ -20,6 +20,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import input_examples
 from bert_mgpu.classifier import multi_label
+from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.data import label_files
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError, write_error
@@ -197,7 +198,7 @@ def _settings(head, input_dir, do_lower_case, max_seq_length, beside):
   if head.kind == "ner":
     return ner_serving.ner_settings(do_lower_case, max_seq_length, max_seq_length // 2,
                                     crf_numpy.CRF_TRANSITIONS_FILE in beside)
-  return model_files.classifier_settings(
+  return classifier_serving.classifier_settings(
       "tsv", do_lower_case, max_seq_length,
       input_examples.FeatureOptions(multi_label=head.kind == "multi_label"))
 

@@ -17,11 +17,13 @@ import re
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import multi_label
+from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.data import label_files
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
 from bert_mgpu.transformers_format import heads
@@ -104,8 +106,8 @@ def _labels(directory, head, num_labels):
   """The label list of a classifier or tagger (labels.txt), or LABEL_0.. without one."""
   path = os.path.join(directory, label_files.LABELS_FILE)
   if os.path.isfile(path):
-    labels = model_files.read_labels(
-        model_files.NER_KIND if head.kind == "ner" else model_files.CLASSIFIER_KIND, path)
+    reader = ner_serving.NerKind() if head.kind == "ner" else classifier_serving.ClassifierKind()
+    labels = reader.read_labels(path)
     if len(labels) != num_labels:
       raise UsageError("%s lists %d labels, the checkpoint's head has %d: it belongs to "
                        "another model." % (path, len(labels), num_labels))

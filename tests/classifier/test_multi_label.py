@@ -41,7 +41,7 @@ from bert_mgpu.classifier import multi_label
 import modeling
 import multigpu
 import numpy_bert
-from bert_mgpu.serving import model_inputs
+from bert_mgpu.classifier import serving as classifier_serving
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines, write_text
@@ -680,7 +680,7 @@ def multi_hot(label_sets_, labels):
 def run_export(version_dir, vocab_file, texts):
   """The serving_default outputs of the SavedModel, loaded with TF's own loader."""
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
-  features = model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, texts)
+  features = classifier_serving.featurize(tokenizer, MAX_SEQ_LENGTH, texts)
   with tf.Graph().as_default() as graph, tf.Session(graph=graph) as sess:
     meta_graph = tf.saved_model.loader.load(sess, [tf.saved_model.tag_constants.SERVING],
                                             version_dir)

@@ -25,7 +25,7 @@ from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
 import cli
 from bert_mgpu.classifier import long_text
-from bert_mgpu.serving import model_files
+from bert_mgpu.classifier import serving as classifier_serving
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines, read_probabilities, write_text
@@ -236,12 +236,12 @@ def test_model_settings_and_the_feature_cache_key_hold_the_long_text_settings(
     settings = json.load(f)
   assert settings["long_text"] == "windows" and settings["window_pooling"] == "max"
   assert settings["doc_stride"] == DOC_STRIDE and settings["max_windows"] == MAX_WINDOWS
-  assert model_files.feature_options(settings) == input_examples.FeatureOptions(
+  assert classifier_serving.feature_options(settings) == input_examples.FeatureOptions(
       long_text="windows", doc_stride=DOC_STRIDE, max_windows=MAX_WINDOWS)
   head_tail = input_examples.FeatureOptions(long_text="head_tail", head_tokens=5)
-  settings = model_files.classifier_settings("tsv", True, MAX_SEQ_LENGTH, head_tail)
+  settings = classifier_serving.classifier_settings("tsv", True, MAX_SEQ_LENGTH, head_tail)
   assert settings["long_text"] == "head_tail" and settings["head_tokens"] == 5
-  assert model_files.feature_options(json.loads(json.dumps(settings))) == head_tail
+  assert classifier_serving.feature_options(json.loads(json.dumps(settings))) == head_tail
 
   def key(**options):
     return feature_cache.features_cache_key(

@@ -29,7 +29,11 @@ TF_FREE_MODULES = [
     "bert_mgpu.serving.batching",
     "bert_mgpu.serving.http_server",
     "bert_mgpu.serving.onnx_predictor",
-    "bert_mgpu.ner.text_predictor",
+    "bert_mgpu.serving.kinds",
+    "bert_mgpu.task_units",
+    # each task unit's servable kind
+    "bert_mgpu.classifier.serving",
+    "bert_mgpu.ner.serving",
     "bert_mgpu.ner.crf_numpy",
 ]
 

@@ -17,7 +17,7 @@ import cli
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export
 from bert_mgpu.serving import export_versions
-from bert_mgpu.serving import model_inputs
+from bert_mgpu.classifier import serving as classifier_serving
 import tokenization
 import trained_classifier
 from trained_classifier import read_lines
@@ -38,7 +38,7 @@ def model(tmp_path_factory):
 
 def featurize(model, texts_a, texts_b=None):
   tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case=True)
-  return model_inputs.featurize(tokenizer, trained_classifier.MAX_SEQ_LENGTH, texts_a, texts_b)
+  return classifier_serving.featurize(tokenizer, trained_classifier.MAX_SEQ_LENGTH, texts_a, texts_b)
 
 
 def run_export(version_dir, features, batch_size):
@@ -136,7 +136,7 @@ def test_export_keeps_googles_variable_names_of_the_best_checkpoint(model):
   best = tf.train.latest_checkpoint(os.path.join(trained.output_dir, "best"))
   latest = tf.train.latest_checkpoint(trained.output_dir)
   assert best is not None and best != latest  # so the test can tell which one was used
-  exported = export.checkpoint_of_export(os.path.join(export_dir, "2"))
+  exported = export_versions.checkpoint_of_export(os.path.join(export_dir, "2"))
   exported_names = sorted(name for name, _ in tf.train.list_variables(exported))
   model_names = sorted(name for name, _ in tf.train.list_variables(best)
                        if name != "global_step" and not name.endswith(("/adam_m", "/adam_v")))

@@ -23,7 +23,7 @@ import tensorflow.compat.v1 as tf
 import cli
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import scoring as ner_scoring
-from bert_mgpu.ner import text_predictor
+from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.ner import tag_labels
 from bert_mgpu.ner import writers
 import tokenization
@@ -138,7 +138,7 @@ def test_export_gives_the_tags_of_do_predict(trained):
   assets = os.path.join(trained["export_dir"], "1", "assets.extra")
   tokenizer = tokenization.FullTokenizer(os.path.join(assets, "vocab.txt"), do_lower_case=True)
   labels = tag_labels.read_label_file(os.path.join(assets, "labels.txt"))
-  sentences = text_predictor.sentences_of_texts(trained["texts"])
+  sentences = ner_serving.sentences_of_texts(trained["texts"])
   featurized = featurizing.featurize_sentences(sentences, tokenizer, labels, MAX_SEQ_LENGTH,
                                                DOC_STRIDE)
   windows = [window for _, windows in featurized for window in windows]
@@ -162,7 +162,7 @@ def test_export_gives_the_tags_of_do_predict(trained):
 
 def test_first_piece_table_excludes_markers_and_continuations():
   vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "中": 4, "##ing": 5, "play": 6}
-  assert text_predictor.first_piece_table(vocab, 8).tolist() == [0, 1, 0, 0, 1, 0, 1, 1]
+  assert ner_serving.first_piece_table(vocab, 8).tolist() == [0, 1, 0, 0, 1, 0, 1, 1]
 
 
 # ---------------------------------------------------------------------------

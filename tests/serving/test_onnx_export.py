@@ -20,10 +20,10 @@ import tensorflow.compat.v1 as tf
 
 import cli
 import conversion_models
+from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.ner import crf_numpy
-from bert_mgpu.ner import text_predictor
+from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import export_versions
-from bert_mgpu.serving import onnx_predictor
 
 TF1 = tf.__version__.startswith("1.")
 if not TF1:
@@ -216,13 +216,13 @@ def read_bytes(path):
 
 
 def crf_tag_ids(probabilities, inputs, transitions):
-  """The ONNX predictor's CRF decoding (onnx_predictor.crf_tag_ids) of an ONNX output, over
+  """The ONNX predictor's CRF decoding (ner_serving.crf_tag_ids) of an ONNX output, over
   the first pieces the graph marks (first_piece_table)."""
   tokens = conversion_models.demo_vocab_tokens()
-  table = text_predictor.first_piece_table({token: i for i, token in enumerate(tokens)},
+  table = ner_serving.first_piece_table({token: i for i, token in enumerate(tokens)},
                                            len(tokens))
   first_pieces = table[inputs["input_ids"]] * inputs["input_mask"]
-  return onnx_predictor.crf_tag_ids(probabilities, first_pieces, transitions)
+  return ner_serving.crf_tag_ids(probabilities, first_pieces, transitions)
 
 
 # ---------------------------------------------------------------------------
@@ -520,8 +520,6 @@ def test_onnx_probabilities_equal_predict_text_on_the_output_dir(exports, tmp_pa
   """predict_text.py does not run the SavedModel (it rebuilds the graph per tower from the
   checkpoint): ONNX on the same texts, featurized as it featurizes them, gives its
   probabilities."""
-  from bert_mgpu.serving import model_files  # pylint: disable=import-outside-toplevel
-  from bert_mgpu.serving import model_inputs  # pylint: disable=import-outside-toplevel
   from bert_mgpu.serving import predictor  # pylint: disable=import-outside-toplevel
   exported = exports("classifier")
   input_file, output_file = str(tmp_path / "texts.txt"), str(tmp_path / "predictions.tsv")
@@ -534,9 +532,9 @@ def test_onnx_probabilities_equal_predict_text_on_the_output_dir(exports, tmp_pa
     rows = [line.rstrip("\n").split("\t") for line in f]
   ours = np.array([[float(p) for p in row[2:]] for row in rows], np.float32)
   loaded = predictor.load_output_dir(exported.model.directory)
-  features = model_inputs.featurize(loaded.tokenizer, loaded.files.settings["max_seq_length"],
-                                    TEXTS, None,
-                                    model_files.feature_options(loaded.files.settings))
+  features = classifier_serving.featurize(
+      loaded.tokenizer, loaded.files.settings["max_seq_length"], TEXTS, None,
+      classifier_serving.feature_options(loaded.files.settings))
   onnx = run_onnx(os.path.join(exported.version_dir, "model.onnx"),
                   [dict(features.arrays)])[0]["probabilities"]
   np.testing.assert_allclose(onnx, ours, rtol=0, atol=1e-5)
@@ -553,6 +551,7 @@ def test_a_failed_conversion_is_one_line_and_leaves_no_version(plain_models, wor
   from bert_mgpu.classifier import task as classifier_task
   from bert_mgpu.errors import UsageError
   from bert_mgpu.serving import onnx_export
+  from bert_mgpu.training import run_settings
   calls = []
 
   def failing_conversion(*args, **kwargs):
@@ -562,8 +561,10 @@ def test_a_failed_conversion_is_one_line_and_leaves_no_version(plain_models, wor
   export_base = os.path.join(workdir, "refused", "failed_conversion")
   settings = classifier_task.ClassifierSettings(
       export_format=onnx_export.ExportFormat("both", True))
+  task = classifier_task.ClassifierTask(
+      run_settings.JobSettings(plain_models[CLASSIFIER_SCRIPT]), settings)
   with pytest.raises(UsageError) as info:
-    classifier_task.export_model(settings, plain_models[CLASSIFIER_SCRIPT], export_base)
+    task.export(export_base)
   assert calls == [1]
   assert "tf2onnx's conversion" in str(info.value) and "Unsupported ops: Foo" in str(info.value)
   assert "\n" not in str(info.value)

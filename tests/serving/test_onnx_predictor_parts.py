@@ -12,6 +12,7 @@ import pytest
 from cli import REPO_DIR, assert_one_line_error
 from bert_mgpu import command_line_base
 from bert_mgpu.ner import crf_numpy
+from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import onnx_predictor
 
@@ -48,7 +49,7 @@ def test_crf_tag_ids_decode_each_rows_first_pieces_only():
   probabilities = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
   transitions = rng.randn(3, 3).astype(np.float32) * 3
   tag_mask = np.array([[0, 1, 1, 0, 1, 0], [0, 1, 0, 0, 0, 0]])
-  tags = onnx_predictor.crf_tag_ids(probabilities, tag_mask, transitions)
+  tags = ner_serving.crf_tag_ids(probabilities, tag_mask, transitions)
   assert tags.dtype == np.int32 and tags.shape == (2, 6)
   np.testing.assert_array_equal(tags[tag_mask == 0], 0)
   np.testing.assert_array_equal(

@@ -13,7 +13,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
-from bert_mgpu.serving import model_inputs
+from bert_mgpu.classifier import serving as classifier_serving
 import modeling
 import predict_text
 import tokenization
@@ -142,12 +142,12 @@ def test_stdin_with_a_byte_order_mark_names_the_bad_line_and_byte():
 def test_featurize_names_the_first_text_without_tokens(model, texts_a, texts_b, row, field):
   trained, _ = model
   tokenizer = tokenization.FullTokenizer(trained.vocab_file, do_lower_case=True)
-  with pytest.raises(model_inputs.NoTokensError) as raised:
-    model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, texts_a, texts_b)
+  with pytest.raises(classifier_serving.model_inputs.NoTokensError) as raised:
+    classifier_serving.featurize(tokenizer, MAX_SEQ_LENGTH, texts_a, texts_b)
   assert (raised.value.row, raised.value.field) == (row, field)
   # One-character texts and pairs are fine.
-  model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"], ["坏"])
-  model_inputs.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"])
+  classifier_serving.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"], ["坏"])
+  classifier_serving.featurize(tokenizer, MAX_SEQ_LENGTH, ["好"])
 
 
 def copy_model_files(trained, directory):

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import cli
+from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.serving import batching
 from bert_mgpu.serving import http_server
 from bert_mgpu.serving import model_inputs
@@ -285,22 +286,22 @@ def test_draining_says_503_and_a_second_sigterm_exits_at_once(model, tmp_path):
 # The server class in this process, with a stub model
 # ---------------------------------------------------------------------------
 
-class StubPredictor(object):
-  """Features of the right shape; every text is one token long."""
+class StubPredictor(classifier_serving.ClassifierPredictor):
+  """The classifier's predictor with stub features of the right shape (every text is one
+  token long) and no runner (the tests' batchers answer)."""
 
-  labels = ["x", "y"]
-  max_seq_length = 4
-  # What http_server reads of the model: its kind.
-  model = types.SimpleNamespace(files=types.SimpleNamespace(settings={"model": "classifier"}))
+  def __init__(self):
+    files = types.SimpleNamespace(labels=["x", "y"], assets={},
+                                  settings={"model": "classifier", "max_seq_length": 4},
+                                  kind=classifier_serving.ClassifierKind())
+    super(StubPredictor, self).__init__(types.SimpleNamespace(files=files), None)
 
   def featurize(self, texts_a, texts_b=None):
     del texts_b
     arrays = {name: np.ones([len(texts_a), 4], np.int32)
               for name in ("input_ids", "input_mask", "segment_ids")}
-    return model_inputs.Features(arrays, np.zeros([len(texts_a)], np.bool_))
-
-  def predicted_labels(self, probabilities):
-    return [self.labels[int(row.argmax())] for row in probabilities]
+    return classifier_serving.ClassifierFeatures(
+        model_inputs.Features(arrays, np.zeros([len(texts_a)], np.bool_)))
 
 
 class LocalServer(object):
@@ -489,8 +490,9 @@ def test_truncated_texts_are_counted_only_when_answered():
 
   class TruncatingPredictor(StubPredictor):
     def featurize(self, texts_a, texts_b=None):
-      features = StubPredictor.featurize(self, texts_a, texts_b)
-      return features._replace(truncated=np.ones([len(texts_a)], np.bool_))
+      features = StubPredictor.featurize(self, texts_a, texts_b).features
+      return classifier_serving.ClassifierFeatures(
+          features._replace(truncated=np.ones([len(texts_a)], np.bool_)))
 
   state.ready(TruncatingPredictor(), FailingBatcher())
   with pytest.raises(RuntimeError):
@@ -505,7 +507,8 @@ def test_micro_batches_stop_before_a_request_that_would_overflow():
     return np.zeros([len(features.truncated), 2], np.float32)
   batcher = batching.MicroBatcher(predict, window_seconds=1.0, max_batch=4)
   try:
-    features = StubPredictor().featurize
+    def features(texts):
+      return StubPredictor().featurize(texts).features
     threads = []
     for size in (3, 2, 1, 6):
       threads.append(threading.Thread(target=batcher.predict, args=(features(["a"] * size),)))

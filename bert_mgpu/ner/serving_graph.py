@@ -1,0 +1,69 @@
+# coding=utf-8
+"""The NER model's TensorFlow side of serving (ner/serving.py is the rest): the SavedModel
+signature, the CRF transitions an ONNX export carries, and the tagger on every tower.
+
+The export takes input_ids, input_mask and segment_ids (int32 [batch, seq], both dynamic)
+and returns tag_ids [batch, seq] (the Viterbi path with a CRF, else the argmax; 0 on [CLS],
+[SEP], padding and "##" pieces) and probabilities [batch, seq, num_tags]. The graph takes
+every piece but [CLS], [SEP], padding and "##" continuations as the first piece of a token,
+which is what featurizing gives when each token is one character (raw text, CLUENER) or one
+word piece run. The ONNX model keeps the probabilities (and, without a CRF, tag_ids); with a
+CRF its transitions go into assets.extra/crf_transitions.json and ner/serving.py decodes in
+NumPy.
+"""
+
+import collections
+
+import tensorflow.compat.v1 as tf
+
+from bert_mgpu.data.batch_shapes import MODEL_INPUTS
+from bert_mgpu.ner import crf_numpy
+from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.serving import onnx_export
+from bert_mgpu.serving import predictor
+from bert_mgpu.serving import serving_graph
+
+
+def create_model_fn(model, pad_outputs=True):
+  """ner_model's model_fn for a predictor.LoadedModel of an NER model.
+
+  Args:
+    pad_outputs: pad per-piece outputs back to max_seq_length (so that batches of any
+      length concatenate; not in the export, whose outputs keep the input length).
+  """
+  settings = model.files.settings
+  return ner_model.create_model_fn(
+      model.bert_config, len(model.files.labels), settings["use_crf"],
+      max_seq_length=settings["max_seq_length"] if pad_outputs else None)
+
+
+class NerGraph(object):
+  """NerKind.graph(): see serving/kinds.ServableKind.graph."""
+
+  def signature_outputs(self, model, inputs):
+    """Builds the NER serving graph on `inputs`; returns tag_ids and probabilities."""
+    features = serving_graph.checked_features(inputs, model.bert_config)
+    table = tf.constant(ner_serving.first_piece_table(model.tokenizer.vocab,
+                                                      model.bert_config.vocab_size))
+    features["tag_mask"] = tf.gather(table, features["input_ids"]) * features["input_mask"]
+    outputs = create_model_fn(model, pad_outputs=False)(features, False)
+    return collections.OrderedDict([
+        ("tag_ids", tf.identity(outputs["tag_ids"], name="tag_ids")),  # [batch, seq]
+        ("probabilities", tf.identity(outputs["probabilities"], name="probabilities")),
+    ])
+
+  def onnx_output_names(self, files):
+    return ("probabilities",) + (() if files.settings["use_crf"] else ("tag_ids",))
+
+  def export_assets(self, files, checkpoint, export_format):
+    """With a CRF and an ONNX model: crf_transitions.json, for the decoding in NumPy."""
+    if not (files.settings["use_crf"] and onnx_export.writes_onnx(export_format.name)):
+      return {}
+    return {crf_numpy.CRF_TRANSITIONS_FILE: crf_numpy.transitions_json(
+        tf.train.load_checkpoint(checkpoint).get_tensor(ner_model.CRF_TRANSITIONS),
+        files.labels)}
+
+  def tensorflow_runner(self, model, devices, batch_size_per_tower):
+    return predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
+                               input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")

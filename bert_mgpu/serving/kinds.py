@@ -1,0 +1,203 @@
+# coding=utf-8
+"""Servable kinds: what serving needs to know of one kind of model, behind one interface.
+
+A trained model's model_settings.json names its kind in "model" ("classifier", "ner"). The
+task unit that trains that kind defines a ServableKind subclass in its serving.py (no
+TensorFlow import there) and registers it; bert_mgpu/serving/ and predict_text.py reach the
+kind only through this module, so they import no task unit and a new kind needs no edit here.
+
+A kind says:
+  - its model_settings.json fields beside model, do_lower_case and max_seq_length
+    (settings_fields), and whether it has a labels.txt (read_labels);
+  - the asset files an export carries beside vocab.txt, bert_config.json and
+    model_settings.json (write_assets), and what it reads back from them (read_assets);
+  - how raw requests are featurized and decoded, in its TextPredictor: a text, or a text
+    pair when takes_text_b;
+  - the outputs of its ONNX model (onnx_outputs) and how ONNX Runtime runs it (onnx_runner);
+  - the TensorFlow side, imported only when asked for (graph(): the SavedModel signature,
+    the export's extra assets, the predictor's graph on every tower).
+
+The built-in kinds are listed by module name in bert_mgpu/task_units.py and imported the
+first time get() is asked for one.
+"""
+
+import importlib
+
+from bert_mgpu import task_units
+from bert_mgpu.data import label_files
+from bert_mgpu.errors import UsageError
+
+_KINDS = {}
+
+
+class ServableKind(object):
+  """One kind of servable model. Subclasses set the class attributes and override what
+  differs.
+
+  Attributes:
+    name: the model_settings.json "model" value.
+    description: what a message calls such a model ("a classifier").
+    script: the command that trains and exports it ("run_classifier_mgpu.py").
+    settings_fields: model_settings.json fields it needs beside model, do_lower_case and
+      max_seq_length.
+    has_labels: whether the model has a labels.txt (read by read_labels).
+    takes_text_b: whether a request may hold text pairs (--text_b, "texts_b").
+    model_noun: what "it is not a complete ... model" calls it, in messages.
+  """
+
+  name = None
+  description = None
+  script = None
+  settings_fields = ()
+  has_labels = True
+  takes_text_b = False
+  model_noun = "trained"
+
+  def read_labels(self, path):
+    """The label list in labels.txt. Raises UsageError."""
+    return label_files.read_label_file(path)
+
+  def read_assets(self, directory, settings, labels):
+    """What else the model's directory (output_dir or assets.extra/) gives the predictor:
+    a dict kept as ModelFiles.assets. Raises UsageError."""
+    del directory, settings, labels
+    return {}
+
+  def write_assets(self, directory, files):
+    """Writes into an export's assets.extra/ what the kind needs beside vocab.txt,
+    bert_config.json and model_settings.json: by default its labels.txt."""
+    if self.has_labels:
+      label_files.write_label_file(directory, files.labels)
+
+  def input_rank(self, settings):
+    """2 when the model reads [batch, seq] inputs; 3 for [batch, windows, seq]."""
+    del settings
+    return 2
+
+  def onnx_outputs(self, files):
+    """The ONNX model's outputs the predictor reads: dict name -> (ONNX type, shape), None
+    in a shape for a dimension of any size."""
+    raise NotImplementedError
+
+  def read_onnx_assets(self, assets_dir, files):
+    """What ONNX Runtime needs beside the model (e.g. a CRF's transitions): a dict kept as
+    OnnxModel.assets. Raises UsageError."""
+    del assets_dir, files
+    return {}
+
+  def onnx_runner(self, model, session, batch_size, length_multiple):
+    """Runs featurized rows on ONNX Runtime: predict(model_inputs.Features) -> outputs,
+    close(). See serving/onnx_predictor.OnnxRun."""
+    raise NotImplementedError
+
+  def text_predictor(self, model, runner):
+    """The TextPredictor of a loaded model around its runner (TensorFlow or ONNX)."""
+    raise NotImplementedError
+
+  def graph(self):
+    """The kind's TensorFlow side (imported here, never on the ONNX Runtime path): an
+    object with signature_outputs(model, inputs), onnx_output_names(files),
+    export_assets(files, checkpoint, export_format) and
+    tensorflow_runner(model, devices, batch_size_per_tower)."""
+    raise NotImplementedError
+
+
+class TextPredictor(object):
+  """Raw texts in, one record per text out, around a runner of featurized rows.
+
+  Split in three so that the HTTP server's micro-batcher runs the rows of concurrent
+  requests together: featurize() (request threads), predict() (the batcher, on
+  features.features), decode() (request threads).
+
+  Attributes:
+    model: the loaded model (.files, .tokenizer, .description).
+    labels: the label list ([] for a kind without labels).
+    max_seq_length: the model's.
+    takes_text_b: the kind's.
+  """
+
+  def __init__(self, model, runner):
+    self.model = model
+    self.labels = list(model.files.labels)
+    self.max_seq_length = model.files.settings["max_seq_length"]
+    self.takes_text_b = model.files.kind.takes_text_b
+    self._runner = runner
+
+  def featurize(self, texts_a, texts_b=None):
+    """Featurized texts: an object whose .features is the model_inputs.Features run by
+    predict(). Raises model_inputs.NoTokensError for a text without tokens."""
+    raise NotImplementedError
+
+  def predict(self, features):
+    """The runner's outputs of model_inputs.Features: an array [rows, ...]."""
+    return self._runner.predict(features)
+
+  def decode(self, featurized, outputs):
+    """One record per text of predict()'s outputs of featurized.features."""
+    raise NotImplementedError
+
+  def file_text(self, records):
+    """predict_text.py's output file of the records."""
+    raise NotImplementedError
+
+  def log_file_run(self, featurized, records, seconds, featurize_seconds):
+    """Logs predict_text.py's summary line of a file run."""
+    raise NotImplementedError
+
+  def reply(self, records, truncated):
+    """The JSON reply of POST /predict: records of the request's texts, of which
+    `truncated` were cut to max_seq_length."""
+    raise NotImplementedError
+
+  def metadata(self):
+    """The JSON reply of GET /labels."""
+    return {"labels": self.labels}
+
+  def close(self):
+    self._runner.close()
+
+
+def register(kind):
+  """Registers a ServableKind instance under kind.name (a later one replaces it)."""
+  _KINDS[kind.name] = kind
+  return kind
+
+
+def unregister(name):
+  """Forgets a kind registered with register() (a test's own kind)."""
+  _KINDS.pop(name, None)
+
+
+def get(name):
+  """The registered kind of a model_settings.json "model" value, or None."""
+  if name not in _KINDS and name in task_units.SERVABLE_KIND_MODULES:
+    importlib.import_module(task_units.SERVABLE_KIND_MODULES[name])
+  return _KINDS.get(name)
+
+
+def names():
+  """The names of every known kind: built in, then registered."""
+  return list(task_units.SERVABLE_KIND_MODULES) + [
+      name for name in _KINDS if name not in task_units.SERVABLE_KIND_MODULES]
+
+
+def describe(name):
+  """What a message calls a model of kind `name`, known or not."""
+  kind = get(name) if isinstance(name, str) else None
+  return kind.description if kind else "a %r model" % (name,)
+
+
+def script_of(name):
+  """The command that trains models of kind `name` (the classifier's for an unknown one)."""
+  kind = get(name) if isinstance(name, str) else None
+  return kind.script if kind else "run_classifier_mgpu.py"
+
+
+def checked(name, path):
+  """The kind of a model_settings.json's "model" value. Raises UsageError for none."""
+  kind = get(name) if isinstance(name, str) else None
+  if kind is None:
+    raise UsageError("%s says this is a %r model, which nothing here serves: give the "
+                     "output_dir or export of a model trained with %s." %
+                     (path, name, " or ".join(script_of(n) for n in names())))
+  return kind
