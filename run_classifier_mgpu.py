@@ -108,11 +108,13 @@ def check_flags():
 
 
 def main(_):
-  task = classifier_task.ClassifierTask(command_line.job_settings(), check_flags())
+  settings = check_flags()
   if command_line.export_only():  # a trained output_dir: no data read
-    task.export(FLAGS.export_dir)
+    classifier_task.ClassifierTask(command_line.export_job_settings(), settings).export(
+        FLAGS.export_dir)
     return
-  job.run_job(task, FLAGS.export_dir)
+  job.run_job(classifier_task.ClassifierTask(command_line.job_settings(), settings),
+              FLAGS.export_dir)
 
 
 if __name__ == "__main__":

@@ -94,11 +94,11 @@ def settings_from_flags(export_format):
 def main(_):
   export_format = command_line.export_format()  # first: refused before anything else runs
   check_flags()
-  task = ner_task.NerTask(command_line.job_settings(), settings_from_flags(export_format))
+  settings = settings_from_flags(export_format)
   if command_line.export_only():  # a trained output_dir: no data read
-    task.export(FLAGS.export_dir)
+    ner_task.NerTask(command_line.export_job_settings(), settings).export(FLAGS.export_dir)
     return
-  job.run_job(task, FLAGS.export_dir)
+  job.run_job(ner_task.NerTask(command_line.job_settings(), settings), FLAGS.export_dir)
 
 
 if __name__ == "__main__":

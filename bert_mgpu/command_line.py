@@ -286,6 +286,13 @@ def export_format(flag_values=None):
   return onnx_export.ExportFormat(flag_values.export_format, flag_values.onnx_int8)
 
 
+def export_job_settings(flag_values=None):
+  """The run_settings.JobSettings of an export-only run: its output_dir alone (no devices
+  or cluster are read: the export runs in this process, on its CPU)."""
+  flag_values = FLAGS if flag_values is None else flag_values
+  return run_settings.JobSettings(flag_value(flag_values, "output_dir"))
+
+
 def export_only(flag_values=None):
   """True when a run only exports a trained output_dir (--export_dir and no --do_*)."""
   flag_values = FLAGS if flag_values is None else flag_values

@@ -222,8 +222,9 @@ def make_accuracy_model(args, data_dir):
 # ---------------------------------------------------------------------------
 
 def load_predictors(version_dir, backends, batch_size):
-  """{backend: predictor} of one export version, each with featurize / predict /
-  predicted_labels / close, and {backend: its threads, as a record's fields}."""
+  """{backend: predictor} of one export version, each the classifier's TextPredictor
+  (featurize(texts).features / predict / predicted_labels / close), and {backend: its
+  threads, as a record's fields}."""
   predictors, threads = {}, {}
   for backend in backends:
     start = time.time()

@@ -37,8 +37,9 @@ def check_head(checkpoint, use_crf):
   """
   checkpoints.check_fine_tuned(checkpoint, OUTPUT_WEIGHTS, "named-entity recognition")
   if use_crf and not tf.train.load_checkpoint(checkpoint).has_tensor(CRF_TRANSITIONS):
-    raise UsageError("%s has no %s: it was trained without --use_crf. Drop --use_crf, or "
-                     "point --output_dir at a model trained with it." %
+    raise UsageError("%s has no %s: it was trained without --use_crf. Drop --use_crf (or "
+                     "use_crf in its model_settings.json), or point --output_dir at a model "
+                     "trained with it." %
                      (checkpoint, CRF_TRANSITIONS))
 
 

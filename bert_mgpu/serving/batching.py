@@ -18,7 +18,7 @@ class _Request(object):
     self.features = features
     self.size = len(features.truncated)
     self.done = threading.Event()
-    self.probabilities = None
+    self.outputs = None
     self.error = None
 
 
@@ -37,7 +37,8 @@ class MicroBatcher(object):
   """
 
   def __init__(self, predict_fn, window_seconds, max_batch):
-    """Args: predict_fn: Features -> probabilities [n, labels]; window_seconds; max_batch."""
+    """Args: predict_fn: Features -> the model's outputs [n, ...] (a TextPredictor's
+    predict); window_seconds; max_batch."""
     self._predict = predict_fn
     self._window = window_seconds
     self._max_batch = max_batch
@@ -54,7 +55,7 @@ class MicroBatcher(object):
         self.stats[key] += delta
 
   def predict(self, features):
-    """Queues the texts and waits for their probabilities (called by request threads).
+    """Queues the rows and waits for their outputs (called by request threads).
 
     Raises:
       Whatever the predictor raised for the batch.
@@ -66,7 +67,7 @@ class MicroBatcher(object):
     self._count(in_flight=-1)
     if request.error is not None:
       raise request.error
-    return request.probabilities
+    return request.outputs
 
   def _collect(self, first):
     """The requests to run with `first`.
@@ -95,7 +96,7 @@ class MicroBatcher(object):
 
   def _run_batch(self, batch):
     try:
-      probabilities = self._predict(
+      outputs = self._predict(
           model_inputs.concatenate_features([r.features for r in batch]))
     except Exception as e:  # pylint: disable=broad-except
       for request in batch:
@@ -110,7 +111,7 @@ class MicroBatcher(object):
                  len(batch), texts)
     start = 0
     for request in batch:
-      request.probabilities = probabilities[start:start + request.size]
+      request.outputs = outputs[start:start + request.size]
       start += request.size
       request.done.set()
 

@@ -143,8 +143,9 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
     export_base: the --export_dir (created if missing).
     files: model_files.ModelFiles of the trained model; they go into assets.extra/.
     checkpoint: the weights to export.
-    build_outputs: builds the model on the dict of int32 [batch, seq] placeholders
-      input_ids, input_mask and segment_ids; returns the signature's outputs (a dict).
+    build_outputs: builds the model on the dict of int32 placeholders input_ids,
+      input_mask and segment_ids ([batch, seq], or of the kind's input_rank); returns the
+      signature's outputs (a dict).
     export_format: onnx_export.ExportFormat.
     onnx_outputs: the signature outputs the ONNX model keeps (the numeric ones the head's
       client needs).

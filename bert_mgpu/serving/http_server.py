@@ -2,8 +2,9 @@
 """The HTTP endpoint of predict_text.py --serve (docs/SERVING.md): JSON in and out, requests
 micro-batched, a drain on SIGTERM.
 
-  POST /predict  {"texts": [...], "texts_b": [...]} -> the kind's reply (serving/kinds.py;
-                 a classifier's {"labels", "probabilities", "truncated"})
+  POST /predict  the kind's request -> the kind's reply (serving/kinds.py; a classifier's
+                 {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities",
+                 "truncated"})
   GET  /labels   the kind's metadata ({"labels": [...]})
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
                  503 {"status": "draining"} after SIGTERM
@@ -19,6 +20,7 @@ import time
 
 from bert_mgpu.errors import UsageError, signal_name
 from bert_mgpu.serving import batching
+from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_inputs
 from bert_mgpu import signals
 
@@ -34,29 +36,17 @@ MAX_REQUEST_BYTES = 16 << 20
 # Requests
 # ---------------------------------------------------------------------------
 
-class BadRequest(Exception):
-  """A request the server answers with 400 and {"error": message}."""
+# The kinds' request errors: 400 and 413 with {"error": message}.
+BadRequest = kinds.BadRequest
+TooManyTexts = kinds.TooManyTexts
 
 
-class TooManyTexts(Exception):
-  """A request the server answers with 413 and {"error": message}."""
-
-
-def _text_list(request, key):
-  texts = request.get(key)
-  if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-    raise BadRequest('"%s" must be a list of strings' % key)
-  for index, text in enumerate(texts):
-    if not text.strip():
-      raise BadRequest('%s[%d] is empty: send a text' % (key, index))
-  return texts
-
-
-def parse_request(body, max_texts):
-  """The texts of a POST /predict body: (texts, texts_b or None).
+def parse_request(body, predictor, max_texts):
+  """The inputs of a POST /predict body, as the predictor's kind reads them
+  (TextPredictor.parse_request; by default (texts, texts_b or None)).
 
   Raises:
-    BadRequest: not the JSON we take.
+    BadRequest: not JSON, or not the JSON the kind takes.
     TooManyTexts: more than `max_texts` texts.
   """
   try:
@@ -65,20 +55,7 @@ def parse_request(body, max_texts):
     raise BadRequest("the body is not JSON in UTF-8 (%s)" % e)
   except RecursionError:
     raise BadRequest("the JSON is nested too deeply")
-  if not isinstance(request, dict) or "texts" not in request:
-    raise BadRequest('send a JSON object with "texts": a list of strings (and "texts_b" for '
-                     'pairs)')
-  if isinstance(request["texts"], list) and len(request["texts"]) > max_texts:
-    raise TooManyTexts("the request has %d texts; send at most %d per request "
-                       "(--max_request_texts)" % (len(request["texts"]), max_texts))
-  texts = _text_list(request, "texts")
-  if "texts_b" not in request:
-    return texts, None
-  texts_b = _text_list(request, "texts_b")
-  if len(texts_b) != len(texts):
-    raise BadRequest('"texts_b" has %d texts but "texts" has %d: send one text_b per text' %
-                     (len(texts_b), len(texts)))
-  return texts, texts_b
+  return predictor.parse_request(request, max_texts)
 
 
 class ServingState(object):
@@ -92,7 +69,7 @@ class ServingState(object):
     self.chunk_size = chunk_size
     self.max_request_texts = max_request_texts
     self.truncated = 0
-    self.requests = 0  # POST /predict answered with probabilities
+    self.requests = 0  # POST /predict answered with the model's outputs
     self.draining = False
     self._active = 0  # requests past parsing whose reply is not written yet
     self._idle = threading.Condition()
@@ -132,28 +109,20 @@ class ServingState(object):
         self._idle.wait(min(0.2, max(0.0, deadline - time.time())))
       return self._active
 
-  def predict(self, texts, texts_b):
-    """The reply to a POST /predict of parsed texts: the kind's (TextPredictor.reply).
+  def predict(self, inputs):
+    """The reply to a POST /predict of parsed inputs (parse_request): the kind's
+    (TextPredictor.reply).
 
-    Texts are featurized and queued `chunk_size` at a time, so a large request holds the
-    arrays of one chunk only and other requests' batches run between its chunks.
+    The inputs are featurized and queued `chunk_size` texts at a time, so a large request
+    holds the arrays of one chunk only and other requests' batches run between its chunks.
 
     Raises:
-      BadRequest: a text has no tokens, or "texts_b" sent to a kind that takes no pairs.
+      BadRequest: a text has no tokens.
     """
     predictor = self.predictor
-    if texts_b is not None and not predictor.takes_text_b:
-      raise BadRequest('this is %s: send "texts" only (no "texts_b")' %
-                       predictor.model.files.kind.description)
     records, truncated = [], 0
-    for start in range(0, len(texts), self.chunk_size):
-      chunk_b = texts_b[start:start + self.chunk_size] if texts_b is not None else None
-      try:
-        featurized = predictor.featurize(texts[start:start + self.chunk_size], chunk_b)
-      except model_inputs.NoTokensError as e:
-        raise BadRequest("%s[%d] has no tokens (only spaces, control or invisible "
-                         "characters): send a text" %
-                         ("texts" if e.field == "a" else "texts_b", start + e.row))
+    for start in range(0, predictor.request_size(inputs), self.chunk_size):
+      featurized = predictor.featurize_request(inputs, start, self.chunk_size)
       truncated += int(featurized.features.truncated.sum())
       records.extend(predictor.decode(featurized,
                                       self.batcher.predict(featurized.features)))
@@ -242,7 +211,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     if body is None:
       return
     try:
-      texts, texts_b = parse_request(body, self.state.max_request_texts)
+      inputs = parse_request(body, self.state.predictor, self.state.max_request_texts)
     except BadRequest as e:
       self._reply(400, {"error": str(e)})
       return
@@ -254,7 +223,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       return
     try:
       try:
-        reply = self.state.predict(texts, texts_b)
+        reply = self.state.predict(inputs)
       except BadRequest as e:
         self._reply(400, {"error": str(e)})
         return

@@ -11,8 +11,9 @@ A kind says:
     (settings_fields), and whether it has a labels.txt (read_labels);
   - the asset files an export carries beside vocab.txt, bert_config.json and
     model_settings.json (write_assets), and what it reads back from them (read_assets);
-  - how raw requests are featurized and decoded, in its TextPredictor: a text, or a text
-    pair when takes_text_b;
+  - how raw requests are read, featurized and decoded, in its TextPredictor: a text, or a
+    text pair when takes_text_b (its HTTP request: parse_request; its reply and GET /labels
+    metadata: reply, metadata);
   - the outputs of its ONNX model (onnx_outputs) and how ONNX Runtime runs it (onnx_runner);
   - the TensorFlow side, imported only when asked for (graph(): the SavedModel signature,
     the export's extra assets, the predictor's graph on every tower).
@@ -25,6 +26,7 @@ import importlib
 
 from bert_mgpu import task_units
 from bert_mgpu.data import label_files
+from bert_mgpu.serving import model_inputs
 from bert_mgpu.errors import UsageError
 
 _KINDS = {}
@@ -102,6 +104,24 @@ class ServableKind(object):
     raise NotImplementedError
 
 
+class BadRequest(Exception):
+  """A request the HTTP server answers with 400 and {"error": message}."""
+
+
+class TooManyTexts(Exception):
+  """A request the HTTP server answers with 413 and {"error": message}."""
+
+
+def _text_list(request, key):
+  texts = request.get(key)
+  if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+    raise BadRequest('"%s" must be a list of strings' % key)
+  for index, text in enumerate(texts):
+    if not text.strip():
+      raise BadRequest('%s[%d] is empty: send a text' % (key, index))
+  return texts
+
+
 class TextPredictor(object):
   """Raw texts in, one record per text out, around a runner of featurized rows.
 
@@ -127,6 +147,54 @@ class TextPredictor(object):
     """Featurized texts: an object whose .features is the model_inputs.Features run by
     predict(). Raises model_inputs.NoTokensError for a text without tokens."""
     raise NotImplementedError
+
+  # The HTTP request. A kind that reads other JSON than {"texts", "texts_b"} overrides the
+  # three methods below; its inputs are whatever its parse_request returns.
+
+  def parse_request(self, request, max_texts):
+    """The inputs of a decoded POST /predict body: (texts, texts_b or None) of
+    {"texts": [...], "texts_b": [...]} ("texts_b" only for a kind that takes pairs).
+
+    Raises:
+      BadRequest: not the JSON the kind takes.
+      TooManyTexts: more than `max_texts` texts.
+    """
+    if not isinstance(request, dict) or "texts" not in request:
+      raise BadRequest('send a JSON object with "texts": a list of strings (and "texts_b" '
+                       'for pairs)')
+    if isinstance(request["texts"], list) and len(request["texts"]) > max_texts:
+      raise TooManyTexts("the request has %d texts; send at most %d per request "
+                         "(--max_request_texts)" % (len(request["texts"]), max_texts))
+    texts = _text_list(request, "texts")
+    if "texts_b" not in request:
+      return texts, None
+    texts_b = _text_list(request, "texts_b")
+    if len(texts_b) != len(texts):
+      raise BadRequest('"texts_b" has %d texts but "texts" has %d: send one text_b per '
+                       'text' % (len(texts_b), len(texts)))
+    if not self.takes_text_b:
+      raise BadRequest('this is %s: send "texts" only (no "texts_b")' %
+                       self.model.files.kind.description)
+    return texts, texts_b
+
+  def request_size(self, inputs):
+    """How many records parse_request's inputs ask for."""
+    return len(inputs[0])
+
+  def featurize_request(self, inputs, start, size):
+    """featurize() of the inputs' records [start, start + size).
+
+    Raises:
+      BadRequest: a text has no tokens (named by its index in the request).
+    """
+    texts, texts_b = inputs
+    chunk_b = texts_b[start:start + size] if texts_b is not None else None
+    try:
+      return self.featurize(texts[start:start + size], chunk_b)
+    except model_inputs.NoTokensError as e:
+      raise BadRequest("%s[%d] has no tokens (only spaces, control or invisible "
+                       "characters): send a text" %
+                       ("texts" if e.field == "a" else "texts_b", start + e.row))
 
   def predict(self, features):
     """The runner's outputs of model_inputs.Features: an array [rows, ...]."""

@@ -62,7 +62,8 @@ def save_model_files(directory, vocab_file, bert_config_file, settings):
   Args:
     directory: an existing directory (output_dir, or an export's assets.extra).
     vocab_file, bert_config_file: the files the model was trained with.
-    settings: dict from classifier_settings().
+    settings: the model_settings.json dict (its kind's, e.g.
+      classifier/serving.classifier_settings()).
   """
   for source, name in ((vocab_file, VOCAB_FILE), (bert_config_file, CONFIG_FILE)):
     target = os.path.join(directory, name)

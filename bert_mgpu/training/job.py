@@ -24,9 +24,11 @@ constructed as (job_settings, settings), like every unit (a layout test holds th
 that overrides at least read_inputs (the config and vocab through bert_files),
 make_model_fn, make_train_dataset (and train_size when steps are counted from epochs), plus
 make_inference, eval_spec and evaluate_and_predict together when it evaluates or predicts,
-and check_start (model.py's check_head) when it predicts with a fine-tuned head. labels.txt is written by
-data/label_files.write_label_file, the eval files by runner.write_eval_results, and the best
-checkpoint lives in checkpoints.BEST_SUBDIR. A run script of about 100 lines defines the
+and check_start (model.py's check_head) when it predicts with a fine-tuned head. A unit whose
+model serves defines its servable kind (serving/kinds.py) in its serving.py and overrides
+check_head and model_files_to_export: export then works as for the others. labels.txt is
+written by data/label_files.write_label_file, the eval files by runner.write_eval_results,
+and the best checkpoint lives in checkpoints.BEST_SUBDIR. A run script of about 100 lines defines the
 flags, checks them, builds the settings and calls run_job; it loads no model file itself.
 """
 
@@ -111,7 +113,9 @@ class Task(object):
 
   def check_head(self, checkpoint, model_settings):
     """Raises UsageError unless `checkpoint` holds this task's head (the variable names its
-    model.py defines) as the model_settings.json dict `model_settings` describes it."""
+    model.py defines) as the model_settings.json dict `model_settings` describes it. A unit
+    that exports must say (export calls it)."""
+    raise NotImplementedError("%s does not check its head" % type(self).__name__)
 
   def model_files_to_export(self):
     """The serving/model_files.ModelFiles of the model trained in output_dir; a task whose

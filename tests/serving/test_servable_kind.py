@@ -48,7 +48,12 @@ ToyFeatures = collections.namedtuple("ToyFeatures", ["features", "texts"])
 
 
 class ToyPredictor(kinds.TextPredictor):
-  """Texts in, {"text", "score"} records out."""
+  """Texts in, {"text", "score"} records out; over HTTP also one {"text": ...} alone."""
+
+  def parse_request(self, request, max_texts):
+    if isinstance(request, dict) and isinstance(request.get("text"), str):
+      request = {"texts": [request["text"]]}
+    return super(ToyPredictor, self).parse_request(request, max_texts)
 
   def featurize(self, texts_a, texts_b=None):
     del texts_b  # the kind takes no pairs
@@ -289,6 +294,9 @@ def test_the_toy_kind_answers_http(toy, backend, tmp_path):
     assert status == 200, reply
     np.testing.assert_allclose(reply["scores"], toy.scores, rtol=0, atol=2e-5)
     assert reply["truncated"] == 1
+    status, reply = cli.http_json(url + "/predict", json.dumps({"text": TEXTS[1]}).encode())
+    assert status == 200, reply
+    np.testing.assert_allclose(reply["scores"], toy.scores[1:2], rtol=0, atol=2e-5)
     status, reply = cli.http_json(url + "/predict", json.dumps(
         {"texts": ["好"], "texts_b": ["坏"]}).encode())
     assert (status, reply) == (400, {"error": 'this is a toy scorer: send "texts" only (no '

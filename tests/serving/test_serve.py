@@ -496,7 +496,7 @@ def test_truncated_texts_are_counted_only_when_answered():
 
   state.ready(TruncatingPredictor(), FailingBatcher())
   with pytest.raises(RuntimeError):
-    state.predict(["a", "b"], None)
+    state.predict((["a", "b"], None))
   assert state.truncated == 0 and state.requests == 0
 
 
