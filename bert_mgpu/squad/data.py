@@ -1,26 +1,31 @@
 # coding=utf-8
 """SQuAD-style data: reading the JSON, windowing contexts into features, and turning the
-model's start/end logits back into answer texts (n-best).
+model's start/end logits back into answer texts (n-best). Their TFRecord files are
+squad/records.py's.
 
 SQuAD v1.1 and v2.0 JSON; CMRC 2018 and DRCD use the same format. Answers are located by
 character offsets into the original context: FullTokenizer.tokenize_with_offsets says which
 characters each word piece came from, through cleaning, lower-casing and accent stripping,
 so training targets and predicted texts are exact for Chinese and accented text, where
-Google's whitespace-word mapping slips. The TFRecord features are Google's
-(docs/FORMATS.md 6).
+Google's whitespace-word mapping slips.
+
+No TensorFlow import: serving reading comprehension on ONNX Runtime windows and decodes
+with it too.
 """
 
 import collections
 import json
+import logging
 
 import numpy as np
-import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data import sequence_windows
 from bert_mgpu.data import text_files
-from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 import tokenization
+
+# TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
+_LOGGER = logging.getLogger("tensorflow")
 
 # Google's first feature id; ids only have to be unique within a file.
 FIRST_UNIQUE_ID = 1000000000
@@ -218,13 +223,13 @@ def read_squad_examples(input_file, is_training, version_2_with_negative):
             first_problem.setdefault("answers_moved", qas_id)
         examples.append(example)
   if counts["answers_not_found"]:
-    tf.logging.warning("%s: skipped %d training question(s) whose answer text is not in the "
-                       "context (first: id %s).", input_file, counts["answers_not_found"],
-                       first_problem["answers_not_found"])
+    _LOGGER.warning("%s: skipped %d training question(s) whose answer text is not in the "
+                    "context (first: id %s).", input_file, counts["answers_not_found"],
+                    first_problem["answers_not_found"])
   if counts["answers_moved"]:
-    tf.logging.info("%s: %d answer(s) were not at their answer_start; the nearest occurrence "
-                    "of the text was used (first: id %s).", input_file, counts["answers_moved"],
-                    first_problem["answers_moved"])
+    _LOGGER.info("%s: %d answer(s) were not at their answer_start; the nearest occurrence "
+                 "of the text was used (first: id %s).", input_file, counts["answers_moved"],
+                 first_problem["answers_moved"])
   return examples, dict(counts)
 
 
@@ -359,62 +364,6 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
           token_is_max_context=is_max_context, start_position=start_position,
           end_position=end_position, is_impossible=window_is_impossible)
       unique_id += 1
-
-
-def serialize_features(feature, is_training):
-  """A tf.train.Example of one window (Google's SQuAD feature names)."""
-  fields = collections.OrderedDict([
-      ("unique_ids", tfrecord_io.int64_feature([feature.unique_id])),
-      ("input_ids", tfrecord_io.int64_feature(feature.input_ids)),
-      ("input_mask", tfrecord_io.int64_feature(feature.input_mask)),
-      ("segment_ids", tfrecord_io.int64_feature(feature.segment_ids)),
-  ])
-  if is_training:
-    fields["start_positions"] = tfrecord_io.int64_feature([feature.start_position])
-    fields["end_positions"] = tfrecord_io.int64_feature([feature.end_position])
-    fields["is_impossible"] = tfrecord_io.int64_feature([int(feature.is_impossible)])
-  return tf.train.Example(features=tf.train.Features(feature=fields)).SerializeToString()
-
-
-def input_feature_spec(max_seq_length, is_training):
-  """The feature spec of serialize_features' records."""
-  spec = {
-      "unique_ids": tf.FixedLenFeature([], tf.int64),
-      "input_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "input_mask": tf.FixedLenFeature([max_seq_length], tf.int64),
-      "segment_ids": tf.FixedLenFeature([max_seq_length], tf.int64),
-  }
-  if is_training:
-    spec["start_positions"] = tf.FixedLenFeature([], tf.int64)
-    spec["end_positions"] = tf.FixedLenFeature([], tf.int64)
-    spec["is_impossible"] = tf.FixedLenFeature([], tf.int64)
-  return spec
-
-
-def write_features(features, path, is_training, keep_metadata):
-  """Writes features to a TFRecord file (atomically: tfrecord_io.write_records_atomically).
-
-  Args:
-    features: iterable of InputFeatures.
-    path: the TFRecord file.
-    is_training: write the targets.
-    keep_metadata: return the features without their id lists (for prediction).
-
-  Returns:
-    (number written, list of InputFeatures kept, or []).
-  """
-  kept = []
-
-  def serialized_records():
-    for feature in features:
-      yield serialize_features(feature, is_training)
-      if keep_metadata:
-        del feature.input_ids, feature.input_mask, feature.segment_ids
-        kept.append(feature)
-
-  count = tfrecord_io.write_records_atomically(path, serialized_records())
-  return count, kept
-
 
 
 # ---------------------------------------------------------------------------

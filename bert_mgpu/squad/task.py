@@ -23,6 +23,7 @@ from bert_mgpu.data import tfrecord_io
 from bert_mgpu.errors import UsageError
 from bert_mgpu.squad import data as squad_data
 from bert_mgpu.squad import model as squad_model
+from bert_mgpu.squad import records as squad_records
 from bert_mgpu.squad import scoring as squad_scoring
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import job
@@ -75,7 +76,7 @@ def write_windows(examples, tokenizer, path, is_training, settings):
   """
   counts = collections.Counter()
   with phases.timed("featurize"):
-    num_features, features = squad_data.write_features(
+    num_features, features = squad_records.write_features(
         squad_data.convert_examples_to_features(
             examples, tokenizer, settings.max_seq_length, settings.doc_stride,
             settings.max_query_length, is_training, counts),
@@ -193,7 +194,7 @@ class SquadTask(job.Task):
     return squad_model.create_model_fn(self.bert_config, self.settings.max_seq_length)
 
   def make_train_dataset(self, config):
-    spec = squad_data.input_feature_spec(self.settings.max_seq_length, is_training=True)
+    spec = squad_records.input_feature_spec(self.settings.max_seq_length, is_training=True)
     return lambda skip: tfrecord_io.make_dataset(
         [self.train_record], spec, config.micro_batch_size, is_training=True,
         seed=config.random_seed, shuffle_buffer=min(self.num_train_features, 100000),
@@ -205,7 +206,7 @@ class SquadTask(job.Task):
     do_predict), which runner.train runs in its session when this process trains."""
     if self.predict_features is None:
       return None
-    spec = squad_data.input_feature_spec(self.settings.max_seq_length, is_training=False)
+    spec = squad_records.input_feature_spec(self.settings.max_seq_length, is_training=False)
     make_dataset = lambda: tfrecord_io.make_dataset(
         [self.predict_record], spec, config.global_predict_batch_size, is_training=False,
         length_multiple=config.length_multiple)

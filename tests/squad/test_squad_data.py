@@ -20,6 +20,7 @@ from bert_mgpu import errors
 import reference_tokenizer
 from bert_mgpu.data import sequence_windows
 from bert_mgpu.squad import data as squad_data
+from bert_mgpu.squad import records as squad_records
 from bert_mgpu.squad import scoring as squad_scoring
 import tokenization
 
@@ -1205,6 +1206,6 @@ def test_write_features_names_a_refused_write(tmp_path, tokenizer):
   features = squad_data.convert_examples_to_features([example], tokenizer, 16, 8, 4, False,
                                                      collections.Counter())
   with pytest.raises(errors.UsageError) as info:
-    squad_data.write_features(features, record_path, False, keep_metadata=True)
+    squad_records.write_features(features, record_path, False, keep_metadata=True)
   assert record_path in str(info.value) and "directory" in str(info.value)
   assert os.listdir(str(tmp_path)) == ["train.tf_record"]  # no temp file left
