@@ -18,6 +18,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.classifier import serving as classifier_serving
+from bert_mgpu.serving import kinds
 from bert_mgpu.serving import predictor
 from bert_mgpu.serving import serving_graph
 
@@ -40,7 +41,7 @@ def _multi_label_outputs(probabilities, labels, thresholds, separator):
   ])
 
 
-class ClassifierGraph(object):
+class ClassifierGraph(kinds.KindGraph):
   """ClassifierKind.graph(): see serving/kinds.ServableKind.graph."""
 
   def signature_outputs(self, model, inputs):
@@ -63,10 +64,6 @@ class ClassifierGraph(object):
   def onnx_output_names(self, files):
     del files
     return ("probabilities",)
-
-  def export_assets(self, files, checkpoint, export_format):
-    del files, checkpoint, export_format
-    return {}
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(

@@ -20,6 +20,7 @@ from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.ner import crf_numpy
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.serving import kinds
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import predictor
 from bert_mgpu.serving import serving_graph
@@ -38,7 +39,7 @@ def create_model_fn(model, pad_outputs=True):
       max_seq_length=settings["max_seq_length"] if pad_outputs else None)
 
 
-class NerGraph(object):
+class NerGraph(kinds.KindGraph):
   """NerKind.graph(): see serving/kinds.ServableKind.graph."""
 
   def signature_outputs(self, model, inputs):

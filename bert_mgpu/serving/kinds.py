@@ -97,8 +97,8 @@ class ServableKind(object):
     raise NotImplementedError
 
   def graph(self):
-    """The kind's TensorFlow side (imported here, never on the ONNX Runtime path): an
-    object with signature_outputs(model, inputs), onnx_output_names(files),
+    """The kind's TensorFlow side (imported here, never on the ONNX Runtime path): a
+    KindGraph with signature_outputs(model, inputs), onnx_output_names(files),
     export_assets(files, checkpoint, export_format) and
     tensorflow_runner(model, devices, batch_size_per_tower)."""
     raise NotImplementedError
@@ -120,6 +120,20 @@ def _text_list(request, key):
     if not text.strip():
       raise BadRequest('%s[%d] is empty: send a text' % (key, index))
   return texts
+
+
+class KindGraph(object):
+  """The base of a kind's graph(): the defaults of what most kinds need not say."""
+
+  def onnx_output_names(self, files):
+    """The signature outputs the ONNX model keeps (the numeric ones the kind's runner
+    reads)."""
+    raise NotImplementedError
+
+  def export_assets(self, files, checkpoint, export_format):
+    """Files for the export's assets.extra/ that only the weights give: dict name -> text."""
+    del files, checkpoint, export_format
+    return {}
 
 
 class TextPredictor(object):
@@ -261,11 +275,16 @@ def script_of(name):
   return kind.script if kind else "run_classifier_mgpu.py"
 
 
+def scripts_of(names):
+  """The commands that train models of the kinds `names`, joined by "or" (for messages)."""
+  return " or ".join(script_of(name) for name in names)
+
+
 def checked(name, path):
   """The kind of a model_settings.json's "model" value. Raises UsageError for none."""
   kind = get(name) if isinstance(name, str) else None
   if kind is None:
     raise UsageError("%s says this is a %r model, which nothing here serves: give the "
                      "output_dir or export of a model trained with %s." %
-                     (path, name, " or ".join(script_of(n) for n in names())))
+                     (path, name, scripts_of(names())))
   return kind

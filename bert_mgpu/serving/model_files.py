@@ -32,14 +32,6 @@ SETTINGS_FILE = "model_settings.json"
 ASSET_FILES = (VOCAB_FILE, CONFIG_FILE, LABELS_FILE, SETTINGS_FILE)
 
 
-def kind_name(kind):
-  return servable_kinds.describe(kind)
-
-
-def kind_script(kind):
-  return servable_kinds.script_of(kind)
-
-
 def any_kind():
   """Every kind predict_text.py serves."""
   return tuple(servable_kinds.names())
@@ -82,7 +74,7 @@ def read_settings(path, kinds=None):
       one is a one-line error naming it.
   """
   kinds = any_kind() if kinds is None else tuple(kinds)
-  script = " or ".join(kind_script(kind) for kind in kinds)
+  script = servable_kinds.scripts_of(kinds)
   try:
     settings = json.loads(read_utf8(path))
   except (OSError, ValueError) as e:
@@ -96,7 +88,7 @@ def read_settings(path, kinds=None):
   if settings["model"] not in kinds:
     raise UsageError("%s says this is a %r model, not %s: give the output_dir or export of a "
                      "%s model." % (path, settings["model"],
-                                    " or ".join(kind_name(kind) for kind in kinds), script))
+                                    " or ".join(servable_kinds.describe(kind) for kind in kinds), script))
   kind = servable_kinds.checked(settings["model"], path)
   missing = [key for key in kind.settings_fields if key not in settings]
   if missing:

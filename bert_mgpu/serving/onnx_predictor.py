@@ -18,6 +18,7 @@ from bert_mgpu import bert_files
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export_versions
+from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 
@@ -117,14 +118,13 @@ def load_model(export_dir, onnx_file=None):
   version_dir = export_versions.newest_version_dir(export_dir)
   assets = export_versions.assets_dir(version_dir)
   files = model_files.find_model_files(
-      assets, "export the model with %s --export_dir." % " or ".join(
-          model_files.kind_script(kind) for kind in model_files.any_kind()))
+      assets, "export the model with %s --export_dir." % kinds.scripts_of(model_files.any_kind()))
   onnx_path = onnx_file_path(version_dir, onnx_file)
   if not os.path.isfile(onnx_path):
     int8 = os.path.basename(onnx_path) == export_versions.ONNX_INT8_FILE
     raise UsageError("%s: no such ONNX model; export one with %s --export_dir=... "
                      "--export_format=onnx (or both)%s." % (
-                         onnx_path, model_files.kind_script(files.settings["model"]),
+                         onnx_path, files.kind.script,
                          " --onnx_int8" if int8 else ""))
   tokenizer = bert_files.checked_tokenizer(
       files.vocab_file, files.settings["do_lower_case"], _vocab_size(files.bert_config_file),
@@ -174,7 +174,7 @@ def _check_interface(session, model):
           model.onnx_path,
           ", ".join(_describe(v.name, v.type, v.shape) for v in found_inputs.values()),
           ", ".join(_describe(v.name, v.type, v.shape) for v in found_outputs.values()),
-          model_files.kind_name(model.files.settings["model"]), len(model.files.labels),
+          model.files.kind.description, len(model.files.labels),
           ", ".join(_describe(n, *w) for n, w in sorted(inputs.items())),
           ", ".join(_describe(n, *w) for n, w in outputs.items())))
 

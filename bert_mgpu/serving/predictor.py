@@ -12,6 +12,7 @@ from bert_mgpu import bert_files
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import export_versions
+from bert_mgpu.serving import kinds as kinds_of_models
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import serving_graph
@@ -55,7 +56,7 @@ def load_output_dir(output_dir, kinds=None):
   kinds = model_files.any_kind() if kinds is None else kinds
   files = model_files.find_model_files(
       output_dir, "train it with this version of %s --do_train, which saves them there." %
-      " or ".join(model_files.kind_script(k) for k in kinds), kinds)
+      kinds_of_models.scripts_of(kinds), kinds)
   checkpoint, why = checkpoints.checkpoint_for_inference(
       output_dir, None, best_subdir=checkpoints.BEST_SUBDIR)
   return load_model(files, checkpoint, "%s (%s)" % (checkpoint, why))
@@ -79,7 +80,7 @@ def load_export(export_dir, kinds=None):
   kinds = model_files.any_kind() if kinds is None else kinds
   files = model_files.find_model_files(
       export_versions.assets_dir(version_dir), "export the model with %s "
-      "--export_dir." % " or ".join(model_files.kind_script(k) for k in kinds), kinds)
+      "--export_dir." % kinds_of_models.scripts_of(kinds), kinds)
   checkpoint = export_versions.checkpoint_of_export(version_dir)
   if not tf.gfile.Exists(checkpoint + ".index"):
     raise UsageError("%s has no variables/variables.index: the export is incomplete; export "

@@ -108,7 +108,7 @@ def toy_model_fn(bert_config):
   return model_fn
 
 
-class ToyGraph(object):
+class ToyGraph(kinds.KindGraph):
   """The toy kind's TensorFlow side."""
 
   def signature_outputs(self, model, inputs):
@@ -121,10 +121,6 @@ class ToyGraph(object):
   def onnx_output_names(self, files):
     del files
     return ("score",)
-
-  def export_assets(self, files, checkpoint, export_format):
-    del files, checkpoint, export_format
-    return {}
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     from bert_mgpu.serving import predictor  # pylint: disable=import-outside-toplevel
