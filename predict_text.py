@@ -49,9 +49,10 @@ from absl import flags
 from bert_mgpu import command_line_base
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.data import text_files
-from bert_mgpu.data.text_files import line_error, read_text_file
+from bert_mgpu.data.text_files import read_text_file
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import http_server
+from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_inputs
 
 FLAGS = flags.FLAGS
@@ -91,6 +92,10 @@ def define_flags():
                        "a larger request runs in chunks of this many.")
   flags.DEFINE_integer("max_request_texts", 4096, "With --serve: at most this many texts per "
                        "request (more: 413).")
+  flags.DEFINE_integer("max_context_chars", kinds.InputLimits().max_context_chars,
+                       "A reading-comprehension model: the longest context a question may "
+                       "come with, in characters (longer: refused, naming the line or the "
+                       "request's item).")
   flags.DEFINE_integer("drain_seconds", 30, "With --serve: after SIGTERM, wait at most this "
                        "long for the requests being answered.")
 
@@ -100,7 +105,7 @@ def check_flags():
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (an export) and --output_dir "
                      "(a trained run_classifier_mgpu.py or run_ner_mgpu.py output_dir).")
-  command_line_base.check_positive(("max_batch", "max_request_texts"))
+  command_line_base.check_positive(("max_batch", "max_request_texts", "max_context_chars"))
   check_backend_flags()
   for name in ("batch_window_ms", "drain_seconds", "onnx_threads"):
     if getattr(FLAGS, name) < 0:
@@ -142,47 +147,11 @@ def decode_utf8(name, data):
                                 "-t UTF-8`)")
 
 
-def parse_lines(name, text, with_text_b):
-  """Texts of the input, one per line.
-
-  Args:
-    name: the file name, or <stdin>, for the messages.
-    text: the decoded input.
-    with_text_b: lines are text_a<TAB>text_b.
-
-  Returns:
-    (texts_a, texts_b or None).
-
-  Raises:
-    UsageError: an empty line, a missing or extra tab, naming the file and line.
-  """
-  lines = text.split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()  # the newline that ends the last line
-  texts_a, texts_b = [], []
-  for line_number, line in enumerate(lines, 1):
-    line = line[:-1] if line.endswith("\r") else line
-    fields = line.split("\t")
-    if with_text_b and len(fields) != 2:
-      raise line_error(name, line_number, "expected text_a<TAB>text_b, found %d tab(s)" %
-                       (len(fields) - 1), "write one pair per line with one tab between")
-    if not with_text_b and len(fields) > 1:
-      raise line_error(name, line_number, "the line holds a tab",
-                       "pass --text_b for text_a<TAB>text_b pairs, or remove the tab")
-    for index, field in enumerate(fields):
-      if not field.strip():
-        raise line_error(name, line_number, "the line is empty" if len(fields) == 1 else
-                         "text_%s is empty" % "ab"[index], "put a text there or remove the line")
-    texts_a.append(fields[0])
-    texts_b.extend(fields[1:])
-  return texts_a, (texts_b if with_text_b else None)
-
-
-def read_input():
-  """The texts of --input_file or stdin: (texts_a, texts_b or None)."""
+def read_input_text():
+  """(name, decoded text) of --input_file or stdin."""
   if FLAGS.input_file:
-    return parse_lines(FLAGS.input_file, read_text_file(FLAGS.input_file), FLAGS.text_b)
-  return parse_lines("<stdin>", decode_utf8("<stdin>", sys.stdin.buffer.read()), FLAGS.text_b)
+    return FLAGS.input_file, read_text_file(FLAGS.input_file)
+  return "<stdin>", decode_utf8("<stdin>", sys.stdin.buffer.read())
 
 
 def write_output(text):
@@ -197,24 +166,32 @@ def write_output(text):
 # The model
 # ---------------------------------------------------------------------------
 
-def load_tensorflow_predictor():
-  """The model of --export_dir or --output_dir in TensorFlow, on every tower."""
+def input_limits():
+  return kinds.InputLimits(max_context_chars=FLAGS.max_context_chars)
+
+
+def load_tensorflow_model():
+  """The model of --export_dir or --output_dir, for TensorFlow (its files and tokenizer;
+  make_tensorflow_predictor builds it)."""
   # Imported here, so that --backend=onnxruntime never imports TensorFlow.
-  # pylint: disable=import-outside-toplevel
   try:
     importlib.import_module("tensorflow.compat.v1")
   except ImportError as e:
     raise UsageError("--backend=tensorflow (the default) needs TensorFlow, which does not "
                      "import here (%s): install it, or run an ONNX export with "
                      "--backend=onnxruntime." % " ".join(str(e).split()))
+  from bert_mgpu.serving import predictor as serving_predictor  # pylint: disable=import-outside-toplevel
+  if FLAGS.export_dir:
+    return serving_predictor.load_export(FLAGS.export_dir)
+  return serving_predictor.load_output_dir(FLAGS.output_dir)
+
+
+def make_tensorflow_predictor(model):
+  """The model in TensorFlow, on every tower."""
+  # pylint: disable=import-outside-toplevel
   from bert_mgpu import command_line
   from bert_mgpu.serving import predictor as serving_predictor
   # pylint: enable=import-outside-toplevel
-  if FLAGS.export_dir:
-    model = serving_predictor.load_export(FLAGS.export_dir)
-  else:
-    model = serving_predictor.load_output_dir(FLAGS.output_dir)
-  check_text_b(model)
   devices = command_line.device_settings().check()
   predictor = serving_predictor.load_predictor(model, devices, FLAGS.predict_batch_size)
   LOGGER.info("Loaded %s on %d tower(s): %s, precision %s", model.description,
@@ -222,11 +199,15 @@ def load_tensorflow_predictor():
   return predictor
 
 
-def load_onnx_predictor():
-  """The ONNX model of --export_dir on ONNX Runtime."""
+def load_onnx_model():
+  """The ONNX model of --export_dir, checked (make_onnx_predictor opens it)."""
   from bert_mgpu.serving import onnx_predictor  # pylint: disable=import-outside-toplevel
-  model = onnx_predictor.load_model(FLAGS.export_dir, FLAGS.onnx_file)
-  check_text_b(model)
+  return onnx_predictor.load_model(FLAGS.export_dir, FLAGS.onnx_file)
+
+
+def make_onnx_predictor(model):
+  """The ONNX model on ONNX Runtime."""
+  from bert_mgpu.serving import onnx_predictor  # pylint: disable=import-outside-toplevel
   session = onnx_predictor.open_session(model, FLAGS.onnx_threads or None)
   predictor = onnx_predictor.make_predictor(
       model, session, FLAGS.predict_batch_size,
@@ -243,34 +224,45 @@ def check_text_b(model):
                      (FLAGS.export_dir or FLAGS.output_dir, kind.description))
 
 
-def load_predictor():
-  """Loads the model of --export_dir or --output_dir with --backend: the
-  serving/kinds.TextPredictor of its kind. Raises UsageError."""
+def load_model():
+  """The model of --export_dir or --output_dir for --backend, checked against the flags but
+  not built (its files, tokenizer and kind). Raises UsageError."""
+  model = load_onnx_model() if FLAGS.backend == "onnxruntime" else load_tensorflow_model()
+  check_text_b(model)
+  return model
+
+
+def make_predictor(model):
+  """The serving/kinds.TextPredictor of a load_model() model, built with --backend."""
   if FLAGS.backend == "onnxruntime":
-    return load_onnx_predictor()
-  return load_tensorflow_predictor()
+    predictor = make_onnx_predictor(model)
+  else:
+    predictor = make_tensorflow_predictor(model)
+  predictor.limits = input_limits()
+  return predictor
+
+
+def load_predictor():
+  """make_predictor(load_model()). Raises UsageError."""
+  return make_predictor(load_model())
 
 
 def predict_file():
-  """File mode: reads every text first (bad input stops before the model loads)."""
-  texts_a, texts_b = read_input()
-  predictor = load_predictor()
+  """File mode: reads and checks every input first (bad input stops before the model is
+  built)."""
+  name, text = read_input_text()
+  model = load_model()
+  inputs = model.files.kind.parse_input_file(name, text, FLAGS.text_b, input_limits())
+  predictor = make_predictor(model)
   start = time.time()
-  try:
-    featurized = predictor.featurize(texts_a, texts_b)
-  except model_inputs.NoTokensError as e:
-    # A line is one text, so the row names the line.
-    raise line_error(FLAGS.input_file or "<stdin>", e.row + 1,
-                     "%s has no tokens (only spaces, control or invisible characters)" %
-                     ("the line" if texts_b is None else "text_" + e.field),
-                     "put a text there or remove the line")
+  featurized = predictor.featurize_file(name, inputs)
   featurize_seconds = time.time() - start
   records = predictor.decode(featurized, predictor.predict(featurized.features))
   seconds = time.time() - start
   write_output(predictor.file_text(records))
   predictor.log_file_run(featurized, records, seconds, featurize_seconds)
-  model_inputs.log_truncated(int(featurized.features.truncated.sum()), len(texts_a),
-                             predictor.max_seq_length)
+  model_inputs.log_truncated(int(featurized.features.truncated.sum()),
+                             predictor.request_size(inputs), predictor.max_seq_length)
   predictor.close()
 
 

@@ -13,15 +13,24 @@ Outputs in --output_dir, with --do_predict:
   eval_results.txt        exact_match, f1 (and the v2 figures), when the predict file
                           has answers: SQuAD's official scoring for English, CMRC
                           2018's character-level scoring for Chinese (--scoring).
+With --do_train, also what serving needs: vocab.txt, bert_config.json, model_settings.json.
+
+With --export_dir, the best (else the latest) checkpoint is exported into the next numbered
+version directory there (a SavedModel, model.onnx or both: --export_format; docs/SERVING.md);
+alone (no --do_*), it exports a trained output_dir, and --n_best_size, --max_answer_length
+and --null_score_diff_threshold, when given, replace the trained ones in the export.
+predict_text.py then answers questions from JSON lines or HTTP.
 """
 
 import math
+import os
 
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu import bert_files
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
+from bert_mgpu.squad import serving as squad_serving
 from bert_mgpu.squad import task as squad_task
 from bert_mgpu.training import job
 
@@ -61,6 +70,7 @@ def define_flags():
   flags.DEFINE_enum("scoring", "auto", ["auto", "squad", "cmrc2018"], "How eval_results.txt "
                     "scores: SQuAD's official English rules, CMRC 2018's character-level "
                     "rules, or auto (cmrc2018 when most contexts are Chinese).")
+  command_line.define_export_flags("reading-comprehension model")
 
 
 # ---------------------------------------------------------------------------
@@ -70,8 +80,11 @@ def define_flags():
 def check_flags():
   """Validates flags and files before anything is written (the model files are checked when
   the job reads them)."""
-  if not (FLAGS.do_train or FLAGS.do_predict):
-    raise UsageError("Nothing to do: pass --do_train and/or --do_predict.")
+  if not (FLAGS.do_train or FLAGS.do_predict or FLAGS.export_dir):
+    raise UsageError("Nothing to do: pass --do_train, --do_predict and/or --export_dir.")
+  if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
+    raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
+                     FLAGS.export_dir)
   if FLAGS.do_train:
     bert_files.require_file("train_file", FLAGS.train_file)
   if FLAGS.do_predict:
@@ -89,8 +102,8 @@ def check_flags():
                       FLAGS.max_query_length + 3))
 
 
-def settings_from_flags():
-  """The SquadSettings of the flags."""
+def settings_from_flags(export_format):
+  """The SquadSettings of the flags (export_format: command_line.export_format()'s)."""
   return squad_task.SquadSettings(
       train_file=FLAGS.train_file, predict_file=FLAGS.predict_file,
       bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
@@ -99,12 +112,20 @@ def settings_from_flags():
       doc_stride=FLAGS.doc_stride, max_query_length=FLAGS.max_query_length,
       n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
       version_2_with_negative=FLAGS.version_2_with_negative,
-      null_score_diff_threshold=FLAGS.null_score_diff_threshold, scoring=FLAGS.scoring)
+      null_score_diff_threshold=FLAGS.null_score_diff_threshold, scoring=FLAGS.scoring,
+      export_format=export_format,
+      decoding_overrides={name: getattr(FLAGS, name) for name in
+                          squad_serving.DECODING_SETTINGS if FLAGS[name].present})
 
 
 def main(_):
+  export_format = command_line.export_format()  # first: refused before anything else runs
   check_flags()
-  job.run_job(squad_task.SquadTask(command_line.job_settings(), settings_from_flags()))
+  settings = settings_from_flags(export_format)
+  if command_line.export_only():  # a trained output_dir: no data read
+    squad_task.SquadTask(command_line.export_job_settings(), settings).export(FLAGS.export_dir)
+    return
+  job.run_job(squad_task.SquadTask(command_line.job_settings(), settings), FLAGS.export_dir)
 
 
 if __name__ == "__main__":

@@ -297,7 +297,7 @@ def export_only(flag_values=None):
   """True when a run only exports a trained output_dir (--export_dir and no --do_*)."""
   flag_values = FLAGS if flag_values is None else flag_values
   return bool(flag_values.export_dir) and not (
-      flag_values.do_train or flag_values.do_eval or flag_values.do_predict)
+      flag_values.do_train or flag_value(flag_values, "do_eval") or flag_values.do_predict)
 
 
 def check_actions(data_flags, flag_values=None):

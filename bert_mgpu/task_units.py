@@ -10,4 +10,5 @@ unit: copy one (e.g. bert_mgpu/ner/), then add its line here.
 SERVABLE_KIND_MODULES = {
     "classifier": "bert_mgpu.classifier.serving",
     "ner": "bert_mgpu.ner.serving",
+    "squad": "bert_mgpu.squad.serving",
 }

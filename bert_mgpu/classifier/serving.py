@@ -233,7 +233,8 @@ class ClassifierPredictor(kinds.TextPredictor):
     _LOGGER.info("Predicted %d text(s) in %.2f s (%.1f texts/s; tokenizing %.2f s).",
                  len(records), seconds, len(records) / max(seconds, 1e-9), featurize_seconds)
 
-  def reply(self, records, truncated):
+  def reply(self, records, truncated, inputs):
+    del inputs
     return {"labels": [record.labels for record in records],
             "probabilities": [[float(p) for p in record.probabilities] for record in records],
             "truncated": truncated}

@@ -136,8 +136,8 @@ class NerPredictor(kinds.TextPredictor):
                  len(featurized.features.truncated), seconds,
                  len(records) / max(seconds, 1e-9))
 
-  def reply(self, records, truncated):
-    del truncated  # windows are never cut
+  def reply(self, records, truncated, inputs):
+    del truncated, inputs  # windows are never cut
     return {"entities": [record["entities"] for record in records]}
 
 

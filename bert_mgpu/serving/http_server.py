@@ -129,7 +129,7 @@ class ServingState(object):
     with self._idle:  # counted once answered, as /healthz promises
       self.truncated += truncated
       self.requests += 1
-    return predictor.reply(records, truncated)
+    return predictor.reply(records, truncated, inputs)
 
 
 # ---------------------------------------------------------------------------

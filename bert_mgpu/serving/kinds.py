@@ -22,14 +22,26 @@ The built-in kinds are listed by module name in bert_mgpu/task_units.py and impo
 first time get() is asked for one.
 """
 
+import collections
 import importlib
 
 from bert_mgpu import task_units
 from bert_mgpu.data import label_files
+from bert_mgpu.data import text_files
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.errors import UsageError
 
 _KINDS = {}
+
+InputLimits = collections.namedtuple("InputLimits", ["max_context_chars"])
+InputLimits.__new__.__defaults__ = (10000,)
+InputLimits.__doc__ = """What a request or an input line may hold beyond its count of texts
+(predict_text.py's flags); a kind reads what concerns it.
+
+Fields:
+  max_context_chars: the longest passage a reading-comprehension question may come with, in
+    characters (--max_context_chars; 10,000 by default).
+"""
 
 
 class ServableKind(object):
@@ -71,6 +83,22 @@ class ServableKind(object):
     if self.has_labels:
       label_files.write_label_file(directory, files.labels)
 
+  def parse_input_file(self, name, text, with_text_b, limits):
+    """The inputs of predict_text.py's input file (or stdin), as parse_request gives them:
+    by default (texts_a, texts_b or None) of one text (text_a<TAB>text_b) per line.
+
+    Args:
+      name: the file name, or <stdin>, for the messages.
+      text: its decoded content.
+      with_text_b: --text_b.
+      limits: InputLimits.
+
+    Raises:
+      UsageError: naming the file and line.
+    """
+    del limits
+    return parse_text_lines(name, text, with_text_b)
+
   def input_rank(self, settings):
     """2 when the model reads [batch, seq] inputs; 3 for [batch, windows, seq]."""
     del settings
@@ -102,6 +130,44 @@ class ServableKind(object):
     export_assets(files, checkpoint, export_format) and
     tensorflow_runner(model, devices, batch_size_per_tower)."""
     raise NotImplementedError
+
+
+def parse_text_lines(name, text, with_text_b):
+  """Texts of an input file, one per line (ServableKind.parse_input_file's default).
+
+  Args:
+    name: the file name, or <stdin>, for the messages.
+    text: the decoded input.
+    with_text_b: lines are text_a<TAB>text_b.
+
+  Returns:
+    (texts_a, texts_b or None).
+
+  Raises:
+    UsageError: an empty line, a missing or extra tab, naming the file and line.
+  """
+  lines = list(text_files.numbered_lines(text))
+  if lines and lines[-1][1] == "":
+    lines.pop()  # the newline that ends the last line
+  texts_a, texts_b = [], []
+  for line_number, line in lines:
+    fields = line.split("\t")
+    if with_text_b and len(fields) != 2:
+      raise text_files.line_error(
+          name, line_number, "expected text_a<TAB>text_b, found %d tab(s)" %
+          (len(fields) - 1), "write one pair per line with one tab between")
+    if not with_text_b and len(fields) > 1:
+      raise text_files.line_error(
+          name, line_number, "the line holds a tab",
+          "pass --text_b for text_a<TAB>text_b pairs, or remove the tab")
+    for index, field in enumerate(fields):
+      if not field.strip():
+        raise text_files.line_error(
+            name, line_number, "the line is empty" if len(fields) == 1 else
+            "text_%s is empty" % "ab"[index], "put a text there or remove the line")
+    texts_a.append(fields[0])
+    texts_b.extend(fields[1:])
+  return texts_a, (texts_b if with_text_b else None)
 
 
 class BadRequest(Exception):
@@ -148,10 +214,12 @@ class TextPredictor(object):
     labels: the label list ([] for a kind without labels).
     max_seq_length: the model's.
     takes_text_b: the kind's.
+    limits: InputLimits of requests (predict_text.py sets its flags').
   """
 
   def __init__(self, model, runner):
     self.model = model
+    self.limits = InputLimits()
     self.labels = list(model.files.labels)
     self.max_seq_length = model.files.settings["max_seq_length"]
     self.takes_text_b = model.files.kind.takes_text_b
@@ -161,6 +229,22 @@ class TextPredictor(object):
     """Featurized texts: an object whose .features is the model_inputs.Features run by
     predict(). Raises model_inputs.NoTokensError for a text without tokens."""
     raise NotImplementedError
+
+  def featurize_file(self, name, inputs):
+    """featurize() of parse_input_file's inputs of the file `name`.
+
+    Raises:
+      UsageError: a text has no tokens, naming its line.
+    """
+    texts_a, texts_b = inputs
+    try:
+      return self.featurize(texts_a, texts_b)
+    except model_inputs.NoTokensError as e:
+      # A line is one text, so the row names the line.
+      raise text_files.line_error(
+          name, e.row + 1, "%s has no tokens (only spaces, control or invisible characters)"
+          % ("the line" if texts_b is None else "text_" + e.field),
+          "put a text there or remove the line")
 
   # The HTTP request. A kind that reads other JSON than {"texts", "texts_b"} overrides the
   # three methods below; its inputs are whatever its parse_request returns.
@@ -226,9 +310,9 @@ class TextPredictor(object):
     """Logs predict_text.py's summary line of a file run."""
     raise NotImplementedError
 
-  def reply(self, records, truncated):
-    """The JSON reply of POST /predict: records of the request's texts, of which
-    `truncated` were cut to max_seq_length."""
+  def reply(self, records, truncated, inputs):
+    """The JSON reply of POST /predict: records of the request's texts (its inputs, as
+    parse_request gave them), of which `truncated` were cut to max_seq_length."""
     raise NotImplementedError
 
   def metadata(self):

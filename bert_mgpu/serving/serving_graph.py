@@ -48,11 +48,16 @@ def check_checkpoint_variables(checkpoint, labels_file, kind):
     name, script = kind.description, kind.script
     raise checkpoints.lacking_variables_error(
         checkpoint, missing, "the %s's" % name.split(" ", 1)[1], "it is not %s trained with "
-        "%s (a SQuAD or pretraining checkpoint, or one of another kind?). Give %s's "
+        "%s (a pretraining checkpoint, or one of another kind?). Give %s's "
         "output_dir or export." % (name, script, name))
   saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
   for variable in variables:
     shape = variable.shape.as_list()
+    if list(saved[variable.op.name]) != shape and labels_file is None:
+      raise UsageError(
+          "%s: %s has shape %s there but %s here (from bert_config.json): the checkpoint was "
+          "trained with another config. Use the config it was trained with." %
+          (checkpoint, variable.op.name, list(saved[variable.op.name]), shape))
     if list(saved[variable.op.name]) != shape:
       raise UsageError(
           "%s: %s has shape %s there but %s here (from %s and bert_config.json): the "

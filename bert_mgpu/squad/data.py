@@ -33,6 +33,9 @@ FIRST_UNIQUE_ID = 1000000000
 # A null_odds value for a question with no possible non-null answer span.
 NO_SPAN_NULL_ODDS = 1e6
 
+# A span logit for padding positions: their softmax weight is then 0 (as in attention).
+PADDING_LOGIT = -10000.0
+
 
 # ---------------------------------------------------------------------------
 # Reading SQuAD JSON
@@ -386,14 +389,115 @@ def _softmax(scores):
   return list(exp / exp.sum())
 
 
-def predict_answers(examples, features, start_logits, end_logits, n_best_size,
-                    max_answer_length, version_2_with_negative, null_score_diff_threshold):
-  """Turns per-window logits into answers, as Google's write_predictions does.
+# One answer candidate of a question: `text` is context[char_start:char_end]; the null
+# (no-answer) entry has text "" and char_start -1.
+Candidate = collections.namedtuple(
+    "Candidate", ["score", "start_logit", "end_logit", "text", "char_start"])
+
+QuestionAnswers = collections.namedtuple(
+    "QuestionAnswers", ["nbest", "probabilities", "answer", "null_odds"])
+QuestionAnswers.__doc__ = """The answers of one question (question_answers).
+
+Fields:
+  nbest: list of Candidate, best first, one per distinct text (with the null entry on v2).
+  probabilities: list of float, the softmax of the nbest scores.
+  answer: the chosen Candidate (predictions.json's text; on v2 the null entry when the null
+    odds exceed the threshold).
+  null_odds: v2: the null score minus the best non-null score (NO_SPAN_NULL_ODDS without
+    a span); v1: None.
+"""
+
+
+def question_answers(example, features, start_logits, end_logits, n_best_size,
+                     max_answer_length, version_2_with_negative, null_score_diff_threshold):
+  """The n-best answers of one question and the one chosen, as Google's write_predictions.
 
   A candidate span starts at one of the n_best_size highest start logits and ends at one
   of the highest end logits among the context tokens of one window, ends no earlier than
   it starts, has at most max_answer_length tokens and starts on a token this window gives
   its most context. Its text is cut from the original context by character offsets.
+
+  Args:
+    example: SquadExample.
+    features: its windows (InputFeatures, without id lists), in order.
+    start_logits, end_logits: float arrays [len(features), seq] (seq >= each window's).
+    n_best_size, max_answer_length, version_2_with_negative, null_score_diff_threshold:
+      Google's flags.
+
+  Returns:
+    QuestionAnswers.
+  """
+  candidates = []
+  null = None
+  for feature, starts, ends in zip(features, start_logits, end_logits):
+    if version_2_with_negative:
+      score = float(starts[0] + ends[0])
+      if null is None or score < null.score:
+        null = Candidate(score, float(starts[0]), float(ends[0]), "", -1)
+    # The n best starts and ends among the context tokens (Google's takes them among all
+    # positions, so [CLS] and question tokens could use up a small n_best_size).
+    in_context = np.asarray(feature.token_starts) >= 0
+    top_ends = _top_indexes(ends, n_best_size, in_context)
+    for first in _top_indexes(starts, n_best_size, in_context):
+      if not feature.token_is_max_context[first]:
+        continue
+      for last in top_ends:
+        if last < first or last - first + 1 > max_answer_length:
+          continue
+        begin, end = feature.token_starts[first], feature.token_ends[last]
+        candidates.append(Candidate(float(starts[first] + ends[last]), float(starts[first]),
+                                    float(ends[last]), example.context_text[begin:end],
+                                    begin))
+  entries = candidates + ([null] if null is not None else [])
+  entries.sort(key=lambda entry: -entry.score)  # stable: ties keep the candidates' order
+  nbest, seen = [], set()
+  for entry in entries:
+    if entry.text in seen:
+      continue
+    seen.add(entry.text)
+    nbest.append(entry)
+    if len(nbest) >= n_best_size:
+      break
+  if null is not None and "" not in seen:
+    nbest.append(null)
+  if not nbest:  # No valid span at all (e.g. an empty context).
+    nbest.append(Candidate(0.0, 0.0, 0.0, "", -1))
+  probabilities = [float(p) for p in _softmax([entry.score for entry in nbest])]
+  if not version_2_with_negative:
+    return QuestionAnswers(nbest, probabilities, nbest[0], None)
+  # From all candidates, not only the n best: with a small n_best_size the null entry
+  # could crowd out every span.
+  best_non_null = next((entry for entry in entries if entry.text), None)
+  if best_non_null is None or null is None:  # no span (null is None: no window either)
+    return QuestionAnswers(nbest, probabilities, null or nbest[0], NO_SPAN_NULL_ODDS)
+  null_odds = null.score - best_non_null.start_logit - best_non_null.end_logit
+  answer = null if null_odds > null_score_diff_threshold else best_non_null
+  return QuestionAnswers(nbest, probabilities, answer, null_odds)
+
+
+def answer_probability(answers):
+  """The chosen answer's probability: its softmax over its question's n-best list.
+
+  With n_best_size=1 on v2 the null entry can hold the one place while the threshold still
+  picks the best span; that span's probability is then the softmax over the list and it.
+  """
+  for entry, probability in zip(answers.nbest, answers.probabilities):
+    if entry.text == answers.answer.text:
+      return probability
+  return _softmax([e.score for e in answers.nbest] + [answers.answer.score])[-1]
+
+
+def features_by_example(features):
+  """The windows of each example: dict example_index -> list of indexes into features."""
+  by_example = collections.defaultdict(list)
+  for index, feature in enumerate(features):
+    by_example[feature.example_index].append(index)
+  return by_example
+
+
+def predict_answers(examples, features, start_logits, end_logits, n_best_size,
+                    max_answer_length, version_2_with_negative, null_score_diff_threshold):
+  """Turns per-window logits into the prediction files' answers (question_answers).
 
   Args:
     examples: list of SquadExample.
@@ -406,69 +510,22 @@ def predict_answers(examples, features, start_logits, end_logits, n_best_size,
     (predictions {id: text}, nbest {id: list of dicts}, null_odds {id: float}, empty for v1),
     each with every question of `examples`, in order.
   """
-  features_by_example = collections.defaultdict(list)
-  for index, feature in enumerate(features):
-    features_by_example[feature.example_index].append(index)
+  windows = features_by_example(features)
   predictions = collections.OrderedDict()
   all_nbest = collections.OrderedDict()
   null_odds = collections.OrderedDict()
   for example_index, example in enumerate(examples):
-    candidates = []  # (score, start_logit, end_logit, char_start, char_end)
-    null_score, null_start_logit, null_end_logit = None, 0.0, 0.0
-    for index in features_by_example[example_index]:
-      feature = features[index]
-      starts, ends = start_logits[index], end_logits[index]
-      if version_2_with_negative:
-        score = float(starts[0] + ends[0])
-        if null_score is None or score < null_score:
-          null_score, null_start_logit, null_end_logit = score, float(starts[0]), float(ends[0])
-      # The n best starts and ends among the context tokens (Google's takes them among all
-      # positions, so [CLS] and question tokens could use up a small n_best_size).
-      in_context = np.asarray(feature.token_starts) >= 0
-      top_ends = _top_indexes(ends, n_best_size, in_context)
-      for first in _top_indexes(starts, n_best_size, in_context):
-        if not feature.token_is_max_context[first]:
-          continue
-        for last in top_ends:
-          if last < first or last - first + 1 > max_answer_length:
-            continue
-          candidates.append((float(starts[first] + ends[last]), float(starts[first]),
-                             float(ends[last]), feature.token_starts[first],
-                             feature.token_ends[last]))
-    entries = [(score, start_logit, end_logit, example.context_text[begin:end])
-               for score, start_logit, end_logit, begin, end in candidates]
-    if null_score is not None:
-      entries.append((null_score, null_start_logit, null_end_logit, ""))
-    entries.sort(key=lambda entry: -entry[0])
-    nbest, seen = [], set()
-    for entry in entries:
-      if entry[3] in seen:
-        continue
-      seen.add(entry[3])
-      nbest.append(entry)
-      if len(nbest) >= n_best_size:
-        break
-    if null_score is not None and "" not in seen:
-      nbest.append((null_score, null_start_logit, null_end_logit, ""))
-    if not nbest:  # No valid span at all (e.g. an empty context).
-      nbest.append((0.0, 0.0, 0.0, ""))
-    probabilities = _softmax([entry[0] for entry in nbest])
+    indexes = windows[example_index]
+    answers = question_answers(
+        example, [features[i] for i in indexes], [start_logits[i] for i in indexes],
+        [end_logits[i] for i in indexes], n_best_size, max_answer_length,
+        version_2_with_negative, null_score_diff_threshold)
     all_nbest[example.qas_id] = [
-        collections.OrderedDict([("text", text), ("probability", float(probability)),
-                                 ("start_logit", start_logit), ("end_logit", end_logit)])
-        for (_, start_logit, end_logit, text), probability in zip(nbest, probabilities)]
-    # From all candidates, not only the n best: with a small n_best_size the null entry
-    # could crowd out every span.
-    best_non_null = next((entry for entry in entries if entry[3]), None)
-    if not version_2_with_negative:
-      predictions[example.qas_id] = nbest[0][3]
-      continue
-    if best_non_null is None:
-      null_odds[example.qas_id] = NO_SPAN_NULL_ODDS
-      predictions[example.qas_id] = ""
-      continue
-    score_diff = null_score - best_non_null[1] - best_non_null[2]
-    null_odds[example.qas_id] = score_diff
-    predictions[example.qas_id] = "" if score_diff > null_score_diff_threshold \
-        else best_non_null[3]
+        collections.OrderedDict([("text", entry.text), ("probability", probability),
+                                 ("start_logit", entry.start_logit),
+                                 ("end_logit", entry.end_logit)])
+        for entry, probability in zip(answers.nbest, answers.probabilities)]
+    predictions[example.qas_id] = answers.answer.text
+    if version_2_with_negative:
+      null_odds[example.qas_id] = answers.null_odds
   return predictions, all_nbest, null_odds

@@ -8,11 +8,11 @@ cls/squad/output_weights [2, hidden] and cls/squad/output_bias [2].
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.squad import data as squad_data
 from bert_mgpu.training import checkpoints
 import modeling
 
-# A span logit for padding positions: their softmax weight is then 0 (as in attention).
-PADDING_LOGIT = -10000.0
+PADDING_LOGIT = squad_data.PADDING_LOGIT
 
 # The head's variables (Google's names).
 OUTPUT_WEIGHTS = "cls/squad/output_weights"
@@ -55,8 +55,9 @@ def create_model_fn(bert_config, max_seq_length=None):
     padding = 1.0 - tf.cast(features["input_mask"], tf.float32)  # [batch, seq]
     logits += PADDING_LOGIT * padding[None]
     start_logits, end_logits = logits[0], logits[1]  # [batch, seq] each
-    outputs = {"unique_ids": features["unique_ids"], "start_logits": start_logits,
-               "end_logits": end_logits}
+    outputs = {"start_logits": start_logits, "end_logits": end_logits}
+    if "unique_ids" in features:  # the TFRecord windows' (the serving graph has none)
+      outputs["unique_ids"] = features["unique_ids"]
     if "start_positions" in features:
       outputs["loss"] = (
           span_position_loss(start_logits, features["start_positions"], seq_length) +

@@ -25,6 +25,9 @@ from bert_mgpu.squad import data as squad_data
 from bert_mgpu.squad import model as squad_model
 from bert_mgpu.squad import records as squad_records
 from bert_mgpu.squad import scoring as squad_scoring
+from bert_mgpu.squad import serving as squad_serving
+from bert_mgpu.serving import model_files
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import job
 from bert_mgpu.training import phases
@@ -43,12 +46,18 @@ class SquadSettings(object):
     version_2_with_negative: SQuAD 2.0 (questions may have no answer; null_odds.json).
     null_score_diff_threshold: v2: predict no answer above this null odds.
     scoring: "auto", "squad" or "cmrc2018": the rules of eval_results.txt.
+    export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
+    decoding_overrides: dict of squad/serving.DECODING_SETTINGS given on an export-only
+      command line: they replace the trained model's in the export.
   """
 
   def __init__(self, train_file=None, predict_file=None, bert_config_file=None,
                vocab_file=None, do_lower_case=True, do_predict=False, max_seq_length=384,
                doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30,
-               version_2_with_negative=False, null_score_diff_threshold=0.0, scoring="auto"):
+               version_2_with_negative=False, null_score_diff_threshold=0.0, scoring="auto",
+               export_format=onnx_export.ExportFormat(), decoding_overrides=None):
+    self.export_format = export_format
+    self.decoding_overrides = dict(decoding_overrides or {})
     self.train_file = train_file
     self.predict_file = predict_file
     self.bert_config_file = bert_config_file
@@ -63,6 +72,13 @@ class SquadSettings(object):
     self.version_2_with_negative = version_2_with_negative
     self.null_score_diff_threshold = null_score_diff_threshold
     self.scoring = scoring
+
+  def model_settings(self):
+    """The model_settings.json of a model trained with these settings (squad/serving.py)."""
+    return squad_serving.squad_settings(
+        self.do_lower_case, self.max_seq_length, self.doc_stride, self.max_query_length,
+        self.max_answer_length, self.n_best_size, self.version_2_with_negative,
+        self.null_score_diff_threshold)
 
 
 def write_windows(examples, tokenizer, path, is_training, settings):
@@ -173,6 +189,30 @@ class SquadTask(job.Task):
     del config
     if self.settings.do_predict and not self.job_settings.do_train:
       self._checkpoint_for_prediction()
+
+  def check_head(self, checkpoint, model_settings):
+    del model_settings  # one head whatever the settings
+    squad_model.check_head(checkpoint)
+
+  def write_model_files(self):
+    s = self.settings
+    model_files.save_model_files(self.job_settings.output_dir, s.vocab_file,
+                                 s.bert_config_file, s.model_settings())
+
+  def model_files_to_export(self):
+    """The trained model's files, with the decoding settings given on an export-only
+    command line in place of the trained ones."""
+    files = model_files.find_model_files(
+        self.job_settings.output_dir, "train it with this version of run_squad_mgpu.py "
+        "--do_train, which saves them there.", (squad_serving.SQUAD_KIND,))
+    if not self.settings.decoding_overrides:
+      return files
+    settings = collections.OrderedDict(files.settings)
+    for name, value in sorted(self.settings.decoding_overrides.items()):
+      if settings[name] != value:
+        tf.logging.info("Exporting with %s=%s (trained with %s).", name, value, settings[name])
+      settings[name] = value
+    return files._replace(settings=settings)
 
   def featurize(self, config):
     """The questions to predict (the chief), then the training questions, unless a

@@ -34,6 +34,7 @@ TF_FREE_MODULES = [
     # each task unit's servable kind
     "bert_mgpu.classifier.serving",
     "bert_mgpu.ner.serving",
+    "bert_mgpu.squad.serving",
     # reading comprehension's windows and n-best answers, for serving it on ONNX Runtime
     "bert_mgpu.squad.data",
     "bert_mgpu.ner.crf_numpy",

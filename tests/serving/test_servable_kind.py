@@ -81,7 +81,8 @@ class ToyPredictor(kinds.TextPredictor):
   def log_file_run(self, featurized, records, seconds, featurize_seconds):
     sys.stderr.write("Scored %d text(s).\n" % len(records))
 
-  def reply(self, records, truncated):
+  def reply(self, records, truncated, inputs):
+    del inputs
     return {"scores": [record["score"] for record in records], "truncated": truncated}
 
   def metadata(self):
