@@ -192,9 +192,9 @@ def test_an_export_of_another_kind_of_model_is_refused(model, tmp_path):
   settings_file = os.path.join(version_dir, "assets.extra", "model_settings.json")
   with open(settings_file, encoding="utf-8") as f:
     settings = json.load(f)
-  write_text(settings_file, json.dumps(dict(settings, model="squad")))
+  write_text(settings_file, json.dumps(dict(settings, model="summarizer")))
   result = run_predict(["--export_dir=" + str(tmp_path)], stdin="一个文本\n".encode("utf-8"))
-  cli.assert_one_line_error(result, settings_file, "'squad' model, not a classifier")
+  cli.assert_one_line_error(result, settings_file, "'summarizer' model, not a classifier")
 
 
 def test_a_directory_without_an_export_is_refused(tmp_path):
