@@ -1,10 +1,12 @@
 # coding=utf-8
-"""Raw text in, labels or entities out: runs a trained classifier or NER model on texts from
-a file, stdin or HTTP.
+"""Raw text in, labels, entities or answers out: runs a trained classifier, NER or
+reading-comprehension model on texts from a file, stdin or HTTP.
 
 The model is an export (--export_dir: the base directory, meaning its newest version, or one
 version directory) or a trained output_dir (--output_dir: its best checkpoint, else the
-latest) of run_classifier_mgpu.py or run_ner_mgpu.py; its model_settings.json says which.
+latest) of run_classifier_mgpu.py, run_ner_mgpu.py or run_squad_mgpu.py; its
+model_settings.json says which kind (bert_mgpu/serving/kinds.py), and the kind reads the
+input and writes the output.
 It is loaded once and runs on every tower (--n_gpus x --towers_per_gpu).
 
 Input (--input_file, else stdin): UTF-8, one text per line; with --text_b, each line is
@@ -22,10 +24,17 @@ a line longer than max_seq_length - 2 pieces is cut into windows doc_stride piec
 per input line, in input order: {"text", "entities": [{"type", "start", "end", "text"}]}
 with character offsets into the line, `end` exclusive.
 
+A reading-comprehension model reads JSON lines {"id", "question", "context"} ("id" optional)
+and writes one {"id", "answer", "start", "probability"} line per question, in input order,
+with the answers of run_squad_mgpu.py --do_predict (docs/SERVING.md section 5); a context
+longer than --max_context_chars characters is refused.
+
 With --serve=PORT it answers HTTP instead (bert_mgpu/serving/http_server.py, docs/SERVING.md):
   POST /predict  {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities", "truncated"}
                  (a multi-label classifier: "labels" holds a list of labels per text)
                  (NER: {"texts": [...]} -> {"entities": [[...], ...]}, one list per text)
+                 (reading comprehension: {"question", "context"} -> one record, or a list
+                 of them -> a list of records)
   GET  /labels   {"labels": [...]}
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
                  503 {"status": "draining"} after SIGTERM
@@ -63,11 +72,10 @@ BACKENDS = ("tensorflow", "onnxruntime")
 
 def define_flags():
   """Defines the flags; called only under __main__, so the module imports anywhere."""
-  flags.DEFINE_string("export_dir", None, "An export of run_classifier_mgpu.py or "
-                      "run_ner_mgpu.py: its base directory (the newest version is used) or "
-                      "one version.")
-  flags.DEFINE_string("output_dir", None, "Or a run_classifier_mgpu.py or run_ner_mgpu.py "
-                      "--do_train output_dir (its best checkpoint, else the latest).")
+  flags.DEFINE_string("export_dir", None, "An export of run_classifier_mgpu.py, "
+                      "run_ner_mgpu.py or run_squad_mgpu.py: its base directory (the newest "
+                      "version is used) or one version.")
+  flags.DEFINE_string("output_dir", None, "Or such a script's --do_train output_dir (its best checkpoint, else the latest).")
   flags.DEFINE_string("input_file", None, "Texts, one per line (UTF-8); default: stdin.")
   flags.DEFINE_string("output_file", None, "Where to write the predictions; default: stdout.")
   flags.DEFINE_bool("text_b", False, "Each input line is text_a<TAB>text_b (sentence pairs).")
@@ -100,11 +108,16 @@ def define_flags():
                        "long for the requests being answered.")
 
 
+def training_scripts():
+  """The commands that train the kinds of model served: "run_x.py or run_y.py ..."."""
+  return kinds.scripts_of(kinds.names())
+
+
 def check_flags():
   """Raises UsageError for flags that cannot work together."""
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (an export) and --output_dir "
-                     "(a trained run_classifier_mgpu.py or run_ner_mgpu.py output_dir).")
+                     "(a trained %s output_dir)." % training_scripts())
   command_line_base.check_positive(("max_batch", "max_request_texts", "max_context_chars"))
   check_backend_flags()
   for name in ("batch_window_ms", "drain_seconds", "onnx_threads"):
@@ -126,9 +139,9 @@ def check_backend_flags():
     return
   if FLAGS.output_dir:
     raise UsageError("--backend=onnxruntime runs an export's model.onnx, not --output_dir's "
-                     "checkpoint: export it first (run_classifier_mgpu.py or run_ner_mgpu.py "
-                     "--output_dir=%s --export_dir=DIR --export_format=onnx) and give "
-                     "--export_dir=DIR." % FLAGS.output_dir)
+                     "checkpoint: export it first (%s --output_dir=%s --export_dir=DIR "
+                     "--export_format=onnx) and give --export_dir=DIR." %
+                     (training_scripts(), FLAGS.output_dir))
   # ONNX Runtime runs here on the CPU in float32 (or int8 with model.int8.onnx).
   for name in ("n_gpus", "towers_per_gpu", "precision", "use_xla"):
     if getattr(FLAGS, name) != FLAGS[name].default:

@@ -9,6 +9,7 @@ import logging
 import os
 
 from bert_mgpu.errors import UsageError
+from bert_mgpu.serving import kinds
 
 # Files the model graph does not read go here; TF Serving and Triton ignore the directory.
 EXPORT_ASSETS_DIR = "assets.extra"
@@ -56,9 +57,10 @@ def newest_version_dir(export_dir):
     _LOGGER.warning("Skipping %s: it holds no %s or %s (left by a crashed export?).",
                     version_dir, SAVED_MODEL_FILE, ONNX_FILE)
   raise UsageError("--export_dir=%s holds no export (no %s or %s, in it or in a numbered "
-                   "version directory): export one with run_classifier_mgpu.py "
-                   "--export_dir=%s --output_dir=<trained model>." % (
-                       export_dir, SAVED_MODEL_FILE, ONNX_FILE, export_dir))
+                   "version directory): export one with %s --export_dir=%s "
+                   "--output_dir=<trained model>." % (
+                       export_dir, SAVED_MODEL_FILE, ONNX_FILE,
+                       kinds.scripts_of(kinds.names()), export_dir))
 
 
 def checkpoint_of_export(version_dir):
