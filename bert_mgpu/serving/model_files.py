@@ -141,6 +141,10 @@ def _needs_file(directory, name):
   kind with labels (when the settings cannot be read, the settings check says why)."""
   if name != LABELS_FILE:
     return True
+  if not os.path.isfile(os.path.join(directory, SETTINGS_FILE)):
+    # The kind is unknown, so whether it has labels too: name the missing settings file
+    # (a kind without labels, e.g. reading comprehension, was told labels.txt was missing).
+    return False
   try:
     kind = servable_kinds.get(json.loads(read_utf8(os.path.join(directory, SETTINGS_FILE)))[
         "model"])
