@@ -588,6 +588,106 @@ def test_v2_null_score_is_the_minimum_over_windows():
   assert [(e["start_logit"], e["end_logit"]) for e in null_entry] == [(0.5, 1.0)]
 
 
+# Two windows over one context, "Paris" in it twice: window A holds tokens 0-5 (max context
+# for 0-3), window B tokens 3-7 (max context for 4-7), with a 2-token question and
+# max_seq_length 12, so context tokens sit at positions 4-9 (A) and 4-8 (B).
+PARIS = squad_data.SquadExample(u"p", u"q", u"Paris is big. Paris is old.")
+PARIS_SPANS = [(0, 5), (6, 8), (9, 12), (12, 13), (14, 19), (20, 22), (23, 26), (26, 27)]
+
+
+def paris_answers(n_best_size, version_2, threshold=0.0, cls=((0.5, 0.5), (1.0, 1.5))):
+  """question_answers and predict_answers of PARIS. Logits (all others -10):
+    A: start Paris#1 2.0, Paris#2 5.0 (no max context in A); end Paris#1 2.5, big 1.0,
+       Paris#2 4.0.
+    B: start Paris#2 3.0, old 1.5; end Paris#2 3.5, old 2.0.
+  so the spans score: Paris (B, the second one) 6.5, "Paris is big. Paris" (A) 6.0,
+  "Paris is old" (B) 5.0, Paris (A, the first one) 4.5, old 3.5, "Paris is big" 3.0, and
+  the rest (some -10 logit) less than -5. `cls`: the [CLS] (start, end) of A and B."""
+  features = [make_feature(0, PARIS_SPANS[:6], 2, 12, [True] * 4 + [False] * 2),
+              make_feature(0, PARIS_SPANS[3:], 2, 12, [False] + [True] * 4)]
+  start_logits = np.stack([logits_with(12, {0: cls[0][0], 4: 2.0, 8: 5.0}),
+                           logits_with(12, {0: cls[1][0], 5: 3.0, 7: 1.5})])
+  end_logits = np.stack([logits_with(12, {0: cls[0][1], 4: 2.5, 6: 1.0, 8: 4.0}),
+                         logits_with(12, {0: cls[1][1], 5: 3.5, 7: 2.0})])
+  args = (n_best_size, 30, version_2, threshold)
+  return (squad_data.question_answers(PARIS, features, start_logits, end_logits, *args),
+          squad_data.predict_answers([PARIS], features, start_logits, end_logits, *args))
+
+
+def softmax(scores):
+  exps = [math.exp(s - max(scores)) for s in scores]
+  return [e / sum(exps) for e in exps]
+
+
+def assert_candidates_stand_at_their_starts(answers):
+  for candidate in answers.nbest + [answers.answer]:
+    if candidate.text:
+      start = candidate.char_start
+      assert PARIS.context_text[start:start + len(candidate.text)] == candidate.text
+    else:
+      assert candidate.char_start == -1
+
+
+def test_question_answers_keep_the_predictions_and_say_where_each_answer_starts():
+  """The values below are those of predict_answers before question_answers (#43) split it
+  out, on the same logits (checked then); the chosen "Paris" is the second one, the
+  occurrence of the best score, at character 14 (str.find would say 0)."""
+  answers, (predictions, nbest, null_odds) = paris_answers(5, False)
+  texts = [u"Paris", u"Paris is big. Paris", u"Paris is old", u"old", u"Paris is big"]
+  scores = [6.5, 6.0, 5.0, 3.5, 3.0]
+  assert [c.text for c in answers.nbest] == texts
+  assert [c.char_start for c in answers.nbest] == [14, 0, 14, 23, 0]
+  assert [c.score for c in answers.nbest] == scores
+  assert answers.probabilities == pytest.approx(softmax(scores), abs=1e-12)
+  assert answers.answer == answers.nbest[0] and answers.null_odds is None
+  assert squad_data.answer_probability(answers) == answers.probabilities[0]
+  assert_candidates_stand_at_their_starts(answers)
+  assert predictions == {u"p": u"Paris"} and null_odds == {}
+  assert nbest == {u"p": [
+      {"text": t, "probability": pytest.approx(p, abs=1e-12), "start_logit": c.start_logit,
+       "end_logit": c.end_logit}
+      for t, p, c in zip(texts, softmax(scores), answers.nbest)]}
+  assert [(e["start_logit"], e["end_logit"]) for e in nbest[u"p"]] == [
+      (3.0, 3.5), (2.0, 4.0), (3.0, 2.0), (1.5, 2.0), (2.0, 1.0)]
+
+
+def test_question_answers_v2_keep_the_predictions_and_the_null_entry():
+  # Null score: the lower [CLS] sum over the windows, A's 0.5 + 0.5 = 1.0; null odds
+  # 1.0 - 6.5 = -5.5.
+  scores = [6.5, 6.0, 5.0, 1.0]
+  for threshold, answer, start in ((0.0, u"Paris", 14), (-5.5, u"Paris", 14),
+                                   (-5.6, u"", -1)):
+    answers, (predictions, nbest, null_odds) = paris_answers(3, True, threshold)
+    assert [c.text for c in answers.nbest] == [u"Paris", u"Paris is big. Paris",
+                                               u"Paris is old", u""]
+    assert [c.char_start for c in answers.nbest] == [14, 0, 14, -1]
+    assert answers.probabilities == pytest.approx(softmax(scores), abs=1e-12)
+    assert answers.null_odds == pytest.approx(-5.5) and null_odds == {
+        u"p": pytest.approx(-5.5)}
+    assert (answers.answer.text, answers.answer.char_start) == (answer, start), threshold
+    assert predictions == {u"p": answer}
+    assert [e["text"] for e in nbest[u"p"]] == [c.text for c in answers.nbest]
+    assert nbest[u"p"][-1]["start_logit"] == 0.5 and nbest[u"p"][-1]["end_logit"] == 0.5
+    assert squad_data.answer_probability(answers) == pytest.approx(
+        softmax(scores)[0 if answer else 3], abs=1e-12)
+    assert_candidates_stand_at_their_starts(answers)
+
+
+def test_question_answers_v2_a_span_the_null_entry_crowds_out_of_the_nbest():
+  """n_best_size 1 and the null entry best (8.0, from A's [CLS]): the n-best holds it alone,
+  yet a threshold of 2.0 above the null odds 1.5 answers "Paris": its probability is then
+  its softmax over the n-best and it."""
+  answers, (predictions, nbest, null_odds) = paris_answers(
+      1, True, 2.0, cls=((4.0, 4.0), (4.5, 4.0)))
+  assert [c.text for c in answers.nbest] == [u""] and answers.probabilities == [1.0]
+  assert null_odds == {u"p": pytest.approx(1.5)}
+  assert predictions == {u"p": u"Paris"}
+  assert [e["text"] for e in nbest[u"p"]] == [u""]
+  assert (answers.answer.text, answers.answer.char_start) == (u"Paris", 14)
+  assert squad_data.answer_probability(answers) == pytest.approx(
+      1.0 / (1.0 + math.exp(1.5)), abs=1e-12)
+
+
 def test_every_question_gets_a_prediction(tmp_path, tokenizer):
   """Empty contexts and contexts whose only candidates are invalid still get one."""
   paragraphs = [
