@@ -233,7 +233,7 @@ def make_onnx_predictor(model):
 def check_text_b(model):
   kind = model.files.kind
   if FLAGS.text_b and not kind.takes_text_b:
-    raise UsageError("--text_b: %s is %s, which reads one text per line; drop --text_b." %
+    raise UsageError("--text_b: %s is %s, which takes no text pairs; drop --text_b." %
                      (FLAGS.export_dir or FLAGS.output_dir, kind.description))
 
 

@@ -40,6 +40,28 @@ def flag_list(flags):
   return args
 
 
+# Runs a script with the modules named in argv[1] (comma-separated) made unimportable (None
+# in sys.modules: `import` raises ImportError, as when a package is not installed); argv[2:]
+# are the script's flags.
+_BLOCKING_WRAPPER = """\
+import runpy
+import sys
+for name in filter(None, sys.argv[1].split(",")):
+  sys.modules[name] = None
+sys.path.insert(0, %(repo)r)
+sys.argv = [%(script)r] + sys.argv[2:]
+runpy.run_path(%(script)r, run_name="__main__")
+"""
+
+
+def write_blocking_wrapper(path, name):
+  """Writes at `path` a script that runs repo script `name` with the modules its first
+  argument names (comma-separated) unimportable; returns `path` (run_script takes it)."""
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(_BLOCKING_WRAPPER % {"repo": REPO_DIR, "script": script_path(name)})
+  return path
+
+
 def run_script(name, args, cwd=REPO_DIR, timeout=RUN_TIMEOUT_SECONDS):
   """Runs repo script `name` with `args` to the end; returns the CompletedProcess (text
   stdout and stderr)."""

@@ -55,20 +55,6 @@ MAX_REQUEST_TEXTS = 30
 # Running predict_text.py
 # ---------------------------------------------------------------------------
 
-# Runs predict_text.py with the modules named in argv[1] (comma-separated) made unimportable
-# (None in sys.modules: `import` raises ImportError, as when a package is not installed);
-# argv[2:] are predict_text.py's flags.
-BLOCKING_WRAPPER = """\
-import runpy
-import sys
-for name in filter(None, sys.argv[1].split(",")):
-  sys.modules[name] = None
-sys.path.insert(0, %(repo)r)
-sys.argv = [%(script)r] + sys.argv[2:]
-runpy.run_path(%(script)r, run_name="__main__")
-"""
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("onnx_predictor"))
@@ -76,11 +62,10 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wrapper(workdir):
-  """The path of BLOCKING_WRAPPER, written as a script."""
-  path = os.path.join(workdir, "predict_text_blocking.py")
-  conversion_models.write_text(path, BLOCKING_WRAPPER % {"repo": cli.REPO_DIR,
-                                                         "script": PREDICT_TEXT})
-  return path
+  """predict_text.py with the modules its first argument names unimportable
+  (cli.write_blocking_wrapper)."""
+  return cli.write_blocking_wrapper(os.path.join(workdir, "predict_text_blocking.py"),
+                                    "predict_text.py")
 
 
 def run_predict(args, stdin="", script=PREDICT_TEXT):

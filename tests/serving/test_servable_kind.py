@@ -272,7 +272,7 @@ def test_text_pairs_are_refused_for_the_toy_kind(toy, tmp_path):
     f.write("好\t坏\n")
   result = run_predict_text(["--export_dir=" + toy.export_dir, "--text_b",
                              "--input_file=" + input_file], tmp_path)
-  cli.assert_one_line_error(result, "is a toy scorer, which reads one text per line")
+  cli.assert_one_line_error(result, "is a toy scorer, which takes no text pairs")
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "onnxruntime"])
