@@ -88,7 +88,9 @@ TRAIN_TIMEOUT_SECONDS = 3600
 
 
 def log(message):
-  sys.stderr.write("[bench_backends] %s\n" % message)
+  """Progress on stderr, named by the script that runs (this one or one importing it)."""
+  sys.stderr.write("[%s] %s\n" % (os.path.splitext(os.path.basename(sys.argv[0]))[0],
+                                   message))
   sys.stderr.flush()
 
 
@@ -125,6 +127,17 @@ def cpu_record():
           "onnxruntime": onnxruntime.__version__, "numpy": np.__version__}
 
 
+def machine_line(first):
+  """One line naming the CPU, its int8 flags and the load before the timing (`first`, a
+  cpu_record) and now."""
+  machine = cpu_record()
+  return ("CPU: %s (family/model %s), %d usable CPUs, %s; 1-minute load %.2f before the "
+          "timing, %.2f after" % (
+              machine["cpu"], machine["cpu_family_model"], machine["cpus_usable"],
+              ", ".join(flag for flag, present in machine["cpu_flags"].items() if present),
+              first["load_average"][0], machine["load_average"][0]))
+
+
 # ---------------------------------------------------------------------------
 # The data and the models
 # ---------------------------------------------------------------------------
@@ -158,9 +171,11 @@ def newest_export(export_base):
   return None
 
 
-def train_and_export(model_dir, flags, what):
-  """run_classifier_mgpu.py --do_train with `flags`, exported (both formats, int8) into
-  model_dir/exports, unless an export is there. Returns the version directory."""
+def train_and_export(model_dir, flags, what, script=("run_classifier_mgpu.py",
+                                                     "--task_name=tsv")):
+  """`script` (a training script and its first arguments) --do_train with `flags` into
+  model_dir/output, exported (both formats, int8) into model_dir/exports, unless an export
+  is there. Returns the version directory."""
   export_base = os.path.join(model_dir, "exports")
   version_dir = newest_export(export_base)
   if version_dir:
@@ -169,13 +184,24 @@ def train_and_export(model_dir, flags, what):
   output_dir = os.path.join(model_dir, "output")
   shutil.rmtree(output_dir, ignore_errors=True)  # a run stopped half-way
   log("%s: training and exporting (log: %s/train.log)" % (what, model_dir))
-  wall, _ = run_python(["run_classifier_mgpu.py", "--task_name=tsv", "--do_train",
+  wall, _ = run_python(list(script) + ["--do_train",
                         "--output_dir=" + output_dir, "--export_dir=" + export_base,
                         "--export_format=both", "--onnx_int8", "--n_gpus=1",
                         "--save_checkpoints_steps=100000"] + flags,
                        os.path.join(model_dir, "train.log"), timeout=TRAIN_TIMEOUT_SECONDS)
   log("%s: trained and exported in %.0f s" % (what, wall))
   return newest_export(export_base)
+
+
+def chinese_bert_config(hidden_size=None, num_layers=None):
+  """BERT_BASE_DIR's bert_config.json (BERT-base), or the same at hidden_size x num_layers
+  (heads of 64, intermediate 4 x hidden)."""
+  with open(os.path.join(BERT_BASE_DIR, "bert_config.json"), encoding="utf-8") as f:
+    config = json.load(f)
+  if hidden_size:
+    config.update(hidden_size=hidden_size, num_hidden_layers=num_layers,
+                  num_attention_heads=hidden_size // 64, intermediate_size=4 * hidden_size)
+  return config
 
 
 def make_speed_model(args, data_dir, name):
@@ -190,12 +216,8 @@ def make_speed_model(args, data_dir, name):
   with open(os.path.join(train_dir, "train.tsv"), "w", encoding="utf-8") as f:
     f.write("\n".join(head) + "\n")
   shutil.copy(os.path.join(data_dir, "labels.txt"), train_dir)
-  with open(os.path.join(BERT_BASE_DIR, "bert_config.json"), encoding="utf-8") as f:
-    config = json.load(f)
-  if name == "small":
-    config.update(hidden_size=args.hidden_size, num_hidden_layers=args.num_layers,
-                  num_attention_heads=args.hidden_size // 64,
-                  intermediate_size=4 * args.hidden_size)
+  config = (chinese_bert_config(args.hidden_size, args.num_layers) if name == "small" else
+            chinese_bert_config())
   config_file = os.path.join(model_dir, "bert_config.json")
   write_json(config_file, config)
   return train_and_export(model_dir, [
@@ -373,10 +395,10 @@ def bench_speed(model_name, version_dir, texts, args):
     close_all(predictors)
 
 
-def median_of(records, model_name, setting, backend, key):
+def median_of(records, model_name, setting, backend, key, digits=2):
   values = [r[key] for r in records if (r["model"], r["setting"], r["backend"]) ==
             (model_name, setting, backend)]
-  return round(float(np.median(values)), 2) if values else None
+  return round(float(np.median(values)), digits) if values else None
 
 
 def ratio(value, base):
@@ -502,17 +524,33 @@ def comma_list(allowed):
   return parse
 
 
-def parse_args():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--csv", help="waimai_10k.csv (needed until --work_dir/data exists; "
-                      "see above)")
-  parser.add_argument("--work_dir", default="/tmp/bench_backends",
+def benchmark_parser(doc, measures, work_dir):
+  """An ArgumentParser of a benchmark of the backends (described by the first line of its
+  docstring `doc`) with what they all take: --work_dir, --measure, --backends, --rounds."""
+  parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+  parser.add_argument("--work_dir", default=work_dir,
                       help="the data, models and logs (kept: a second run only measures)")
-  parser.add_argument("--measure", type=comma_list(MEASURES), default=list(MEASURES))
-  parser.add_argument("--models", type=comma_list(SPEED_MODELS), default=list(SPEED_MODELS),
-                      help="the speed models")
+  parser.add_argument("--measure", type=comma_list(measures), default=list(measures))
   parser.add_argument("--backends", type=comma_list(BACKENDS), default=list(BACKENDS))
   parser.add_argument("--rounds", type=int, default=3)
+  return parser
+
+
+def parse_benchmark_args(parser):
+  """The arguments of a benchmark_parser: the backends in BACKENDS' order (TF first: the
+  ratios' base), --work_dir absolute."""
+  args = parser.parse_args()
+  args.backends = [b for b in BACKENDS if b in args.backends]
+  args.work_dir = os.path.abspath(args.work_dir)
+  return args
+
+
+def parse_args():
+  parser = benchmark_parser(__doc__, MEASURES, "/tmp/bench_backends")
+  parser.add_argument("--csv", help="waimai_10k.csv (needed until --work_dir/data exists; "
+                      "see above)")
+  parser.add_argument("--models", type=comma_list(SPEED_MODELS), default=list(SPEED_MODELS),
+                      help="the speed models")
   parser.add_argument("--batch1_calls", type=int, default=200)
   parser.add_argument("--batch32_texts", type=int, default=640)
   parser.add_argument("--speed_seq_length", type=int, default=64)
@@ -522,10 +560,7 @@ def parse_args():
   parser.add_argument("--accuracy_seq_length", type=int, default=128)
   parser.add_argument("--epochs", type=float, default=3.0, help="of the accuracy model")
   parser.add_argument("--learning_rate", type=float, default=2e-4, help="likewise")
-  args = parser.parse_args()
-  args.backends = [b for b in BACKENDS if b in args.backends]  # TF first: the ratios' base
-  args.work_dir = os.path.abspath(args.work_dir)
-  return args
+  return parse_benchmark_args(parser)
 
 
 def main():
@@ -558,13 +593,7 @@ def main():
                                ACCURACY_COLUMNS))
     tables.append(format_table([r for r in records if r["measurement"] == "agreement"],
                                AGREEMENT_COLUMNS))
-  machine = cpu_record()
-  sys.stdout.write("\nCPU: %s (family/model %s), %d usable CPUs, %s; 1-minute load %.2f "
-                   "before the timing, %.2f after\n\n%s\n" % (
-                       machine["cpu"], machine["cpu_family_model"], machine["cpus_usable"],
-                       ", ".join(flag for flag, present in machine["cpu_flags"].items()
-                                 if present), first["load_average"][0],
-                       machine["load_average"][0], "\n\n".join(tables)))
+  sys.stdout.write("\n%s\n\n%s\n" % (machine_line(first), "\n\n".join(tables)))
   log("done in %.0f s" % (time.time() - start))
 
 
