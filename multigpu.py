@@ -14,6 +14,7 @@ import re
 import tensorflow.compat.v1 as tf
 from tensorflow.python.ops import collective_ops
 
+from bert_mgpu.training import layerwise_lr
 from bert_mgpu.training import mixed_precision
 import optimization
 
@@ -587,7 +588,7 @@ def _clear_after(accumulators, dependencies):
 
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
                    optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1, precision="fp32",
-                   use_xla=False, adam_bias_correction=False):
+                   use_xla=False, adam_bias_correction=False, layerwise_lr_decay=1.0):
   """Builds the multi-tower training step.
 
   Each tower gets an equal slice of the batch; the tower losses and gradients are averaged and
@@ -621,6 +622,8 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     adam_bias_correction: "adamw" with Adam's bias correction (torch.optim.AdamW); its step
       t is global_step + 1, so it counts applied updates (not micro-batches, nor skipped
       fp16 steps) and resumes with the checkpoint.
+    layerwise_lr_decay: d < 1 scales each encoder layer's learning rate by d per layer
+      below the head (bert_mgpu/training/layerwise_lr.py); 1.0: one rate.
 
   Returns:
     TrainOps. With accumulation, `loss` is the current micro-batch's loss and `global_norm`
@@ -639,9 +642,16 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
 
   def apply(pairs, increment_global_step=True):
     """The update of `pairs` and its global norm."""
+    scales = None
+    if layerwise_lr_decay != 1.0:
+      names = [v.op.name for _, v in pairs]
+      scales = layerwise_lr.learning_rate_scales(names, layerwise_lr_decay)
+      if not any(_REPLICA_NAME.match(name) for name in names):  # once: replica 0's
+        tf.logging.info(layerwise_lr.describe(scales))
     return optimization.apply_gradients(
         pairs, learning_rate, global_step, optimizer, clip_norm,
-        skip_non_finite=loss_scale is not None, increment_global_step=increment_global_step)
+        skip_non_finite=loss_scale is not None, increment_global_step=increment_global_step,
+        learning_rate_scales=scales)
 
   def finish(updates, global_norm):
     """global_step (and the fp16 loss scale) move once every replica has updated."""

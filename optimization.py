@@ -173,7 +173,8 @@ class _MomentOptimizer(object):
         return False
     return True
 
-  def apply_gradients(self, grads_and_vars, global_step=None, apply_if=None, grad_scale=None):
+  def apply_gradients(self, grads_and_vars, global_step=None, apply_if=None, grad_scale=None,
+                      learning_rate_scales=None):
     """Updates every variable and its slots; does NOT change `global_step`.
 
     Args:
@@ -185,6 +186,10 @@ class _MomentOptimizer(object):
         slot keeps its value (a skipped fp16 step whose gradients overflowed).
       grad_scale: optional float32 scalar Tensor every gradient is multiplied by
         first (the global-norm clip, see clip_scale).
+      learning_rate_scales: optional dict variable name (var.op.name) -> float: the
+        variable's learning rate is the schedule's times this (1 for a name not in it).
+        It multiplies the whole step, weight decay included, after LAMB's trust ratio
+        (which therefore does not see it); slots are updated as without it.
 
     Returns:
       An op that performs all parameter and slot assignments.
@@ -200,7 +205,11 @@ class _MomentOptimizer(object):
         grad = tf.convert_to_tensor(grad)  # IndexedSlices become dense here
         var_name = variable_base_name(var)
         m_slot, v_slot = get_or_create_moment_slots(var)
-        fused = self._fused_update(grad, var, (m_slot, v_slot), learning_rate, apply_if,
+        var_learning_rate = learning_rate
+        lr_scale = (learning_rate_scales or {}).get(var.op.name, 1.0)
+        if lr_scale != 1.0:
+          var_learning_rate = learning_rate * lr_scale
+        fused = self._fused_update(grad, var, (m_slot, v_slot), var_learning_rate, apply_if,
                                    grad_scale, constants)
         if fused is not None:
           assign_ops.append(fused)
@@ -219,7 +228,7 @@ class _MomentOptimizer(object):
           # never to the gradient, so it is not scaled by the Adam denominator.
           update += self.weight_decay_rate * param
         update = self._scale_update(update, param)
-        next_param = param - learning_rate * update
+        next_param = param - var_learning_rate * update
         if apply_if is not None:
           # Selects, so NaN from inf gradients never reaches the kept values.
           next_param = tf.where_v2(apply_if, next_param, param)
@@ -528,7 +537,8 @@ def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta
 
 
 def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw", clip_norm=1.0,
-                    weight_decay_rate=0.01, skip_non_finite=False, increment_global_step=True):
+                    weight_decay_rate=0.01, skip_non_finite=False, increment_global_step=True,
+                    learning_rate_scales=None):
   """Clips the gradients, updates the variables and then increments global_step.
 
   Steps, in order: drop pairs whose gradient is None; make tf.IndexedSlices
@@ -552,6 +562,8 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
     skip_non_finite: skip the update when a gradient is inf or NaN.
     increment_global_step: False leaves global_step to the caller (replicated
       variables: several copies are updated, and the step moves once after all).
+    learning_rate_scales: optional dict variable name -> learning-rate factor (the
+      optimizer's apply_gradients; layer-wise learning rates).
 
   Returns:
     Tuple (train_op, global_norm): train_op is the global-step increment, which
@@ -598,7 +610,8 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
       apply_if = tf.math.is_finite(global_norm) if skip_non_finite else None
       # The optimizer multiplies each gradient by the clip scale in its own update.
       update = optimizer.apply_gradients(list(zip(grads, tvars)), global_step,
-                                         apply_if=apply_if, grad_scale=grad_scale)
+                                         apply_if=apply_if, grad_scale=grad_scale,
+                                         learning_rate_scales=learning_rate_scales)
 
     if not increment_global_step:
       return update, global_norm

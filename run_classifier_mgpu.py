@@ -62,6 +62,7 @@ def define_flags():
                     "goes with the label. Measured no better in accuracy than plain length "
                     "groups (docs/PERFORMANCE.md, #34).")
   clue_submission.define_flags(flags)
+  command_line.define_fine_tuning_flags()
   command_line.define_export_flags("classifier")
 
 

@@ -61,6 +61,7 @@ def define_flags():
                     "output_dir/best; eval and predict use output_dir/best when it exists.")
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations "
                        "without a better --best_metric (0: never).")
+  command_line.define_fine_tuning_flags()
   command_line.define_export_flags("model")
 
 

@@ -31,6 +31,7 @@ from bert_mgpu.command_line_base import check_positive, flag_value  # the script
 from bert_mgpu.distributed import cluster
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import onnx_export
+from bert_mgpu.training import layerwise_lr
 from bert_mgpu.training import run_settings
 import modeling
 import multigpu
@@ -220,6 +221,9 @@ def check_run_flags(positive_flag_names=(), flag_values=None):
   optimizer = flag_value(flag_values, "optimizer")
   if flag_value(flag_values, "adam_bias_correction") and optimizer != "adamw":
     raise UsageError(optimization.ADAM_BIAS_CORRECTION_ONLY_ADAMW % optimizer)
+  decay = flag_value(flag_values, "layerwise_lr_decay")
+  if decay is not None:
+    layerwise_lr.check_decay(decay)
   warmup = flag_value(flag_values, "warmup_proportion")
   if warmup is not None and not 0 <= warmup <= 1:
     raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "
@@ -259,6 +263,15 @@ def _check_init_checkpoint(flag_values):
       tokenization.validate_case_matches_checkpoint(flag_values.do_lower_case, init_checkpoint)
     except ValueError as e:
       raise UsageError(str(e))
+
+
+def define_fine_tuning_flags():
+  """The fine-tuning techniques that run_classifier_mgpu.py and run_ner_mgpu.py add to the
+  runner's training (docs/TRAINING.md); no other script defines them."""
+  tf.flags.DEFINE_float("layerwise_lr_decay", 1.0, "Layer-wise learning-rate decay d in "
+                        "(0, 1]: the head and pooler train at the learning rate, encoder layer "
+                        "i of L at d^(L-i) times it, the embeddings at d^(L+1) times it "
+                        "(1.0: one rate for all).")
 
 
 def define_export_flags(what):

@@ -154,6 +154,8 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("init_checkpoint", None), ("train_batch_size", 1), ("eval_batch_size", 8),
     ("predict_batch_size", 8), ("accumulation_steps", 1), ("learning_rate", 5e-5),
     ("optimizer", "adamw"), ("adam_bias_correction", False),
+    # The classifier's and NER's --layerwise_lr_decay (1.0: one rate for every layer).
+    ("layerwise_lr_decay", 1.0),
     # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
     ("initializer", "truncated_normal"),
     ("save_checkpoints_steps", 1000), ("keep_checkpoint_max", 5), ("log_steps", 100),
@@ -260,6 +262,8 @@ class RunConfig(object):
     steps = "%d steps, %d warmup steps, optimizer %s, peak learning rate %g, precision %s%s" % (
         self.num_train_steps, self.num_warmup_steps, optimizer, self.learning_rate,
         self.devices.precision, ", XLA" if self.devices.use_xla else "")
+    if self.layerwise_lr_decay != 1.0:
+      steps += ", layer-wise learning-rate decay %g" % self.layerwise_lr_decay
     if self.initializer != "truncated_normal":
       steps += ", new weights drawn from the %s initializer" % self.initializer
     if self.train_data_description:

@@ -182,7 +182,8 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
         num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
         optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps,
         precision=config.devices.precision, use_xla=config.devices.use_xla,
-        adam_bias_correction=config.adam_bias_correction)
+        adam_bias_correction=config.adam_bias_correction,
+        layerwise_lr_decay=config.layerwise_lr_decay)
     peers.build_start()
     eval_iterator = eval_outputs = None
     if start.eval_spec is not None:

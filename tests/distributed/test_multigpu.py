@@ -110,10 +110,10 @@ def test_embedding_gradients_stay_sparse_when_averaged():
 # ---------------------------------------------------------------------------
 
 def run_training_steps(num_towers, batches, optimizer, initial_values=None,
-                       accumulation_steps=1):
+                       accumulation_steps=1, layerwise_lr_decay=1.0):
   """Trains num_towers host towers, one update per batch; returns (initial, final) values."""
   initial, final, _, step = train_steps(cpu_plan(num_towers), batches, optimizer,
-                                        initial_values, accumulation_steps)
+                                        initial_values, accumulation_steps, layerwise_lr_decay)
   assert step == len(batches)
   return initial, final
 
@@ -130,6 +130,22 @@ def test_towers_give_the_same_update_as_one_big_batch(optimizer):
   other = [random_batch(rng, 8) for _ in range(2)]
   _, different = run_training_steps(2, other, optimizer, initial)
   assert relative_update_difference(initial, one_tower, different) > 1e-2
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_layerwise_learning_rates_on_towers_are_one_devices(optimizer):
+  """With --layerwise_lr_decay, 2 towers (and 2 accumulated micro-batches) give one device's
+  update, and that update is not the undecayed one."""
+  rng = np.random.RandomState(11)
+  batches = [random_batch(rng, 8) for _ in range(2)]
+  initial, one_tower = run_training_steps(1, batches, optimizer, layerwise_lr_decay=0.5)
+  _, towers = run_training_steps(2, batches, optimizer, initial, layerwise_lr_decay=0.5)
+  assert relative_update_difference(initial, one_tower, towers) <= 1e-5
+  _, accumulated = run_training_steps(2, batches, optimizer, initial, accumulation_steps=2,
+                                      layerwise_lr_decay=0.5)
+  assert relative_update_difference(initial, one_tower, accumulated) <= 1e-5
+  _, undecayed = run_training_steps(1, batches, optimizer, initial)
+  assert relative_update_difference(initial, one_tower, undecayed) > 1e-2
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", ADAMW_BIAS_CORRECTED])

@@ -52,6 +52,21 @@ def test_replicated_gives_the_host_update(optimizer):
   assert relative_update_difference(initial, host, different) > 1e-2
 
 
+def test_replicated_with_layerwise_learning_rates_gives_the_host_update():
+  """Every replica scales its copy of a layer's variables as the host scales the one copy
+  (replica names carry a prefix); the decay really changes the update."""
+  rng = np.random.RandomState(13)
+  batches = [random_batch(rng, 8) for _ in range(2)]
+  one_device = multigpu.plan_devices(1, visible_gpus=0)
+  initial, host, _, _ = train_steps(one_device, batches, "adamw", layerwise_lr_decay=0.5)
+  _, final, values, _ = train_steps(replicated_plan(2), batches, "adamw", initial,
+                                    layerwise_lr_decay=0.5)
+  assert relative_update_difference(initial, host, final) <= 1e-5
+  assert_replicas_identical(values, 2)
+  _, undecayed, _, _ = train_steps(one_device, batches, "adamw", initial)
+  assert relative_update_difference(initial, host, undecayed) > 1e-2
+
+
 def test_replicated_with_accumulation_and_two_towers_per_device():
   rng = np.random.RandomState(5)
   batches = [random_batch(rng, 8) for _ in range(2)]

@@ -91,7 +91,8 @@ ADAMW_BIAS_CORRECTED = "adamw_bias_corrected"
 OPTIMIZERS = ("adamw", "radam", "lamb", ADAMW_BIAS_CORRECTED)
 
 
-def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1):
+def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1,
+                layerwise_lr_decay=1.0):
   """Builds the training graph of `plan` and applies one update per batch (with
   accumulation: the batch split into micro-batches). `optimizer` is one of OPTIMIZERS.
 
@@ -108,7 +109,8 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
     ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
                                   "adamw" if corrected else optimizer,
                                   accumulation_steps=accumulation_steps,
-                                  adam_bias_correction=corrected)
+                                  adam_bias_correction=corrected,
+                                  layerwise_lr_decay=layerwise_lr_decay)
     sync = multigpu.build_start_sync(plan)
     trainable = set(v.op.name for v in tf.trainable_variables())
     saved = [v for v in multigpu.saveable_variables() if v.op.name in trainable]

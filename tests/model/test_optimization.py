@@ -182,10 +182,17 @@ def _optimizer_argument(optimizer, learning_rate, weight_decay_rate):
 
 # skip_non_finite: the elementwise update under an fp16 skip condition; without it, resource
 # variables take AdamW's fused kernel and ref variables the elementwise update.
-@pytest.mark.parametrize("use_resource, skip_non_finite", [
-    (True, False), (False, False), (True, True)])
+# Per-variable learning-rate factors (layer-wise decay): the reference multiplies the
+# schedule's rate by them; one variable keeps 1.
+LEARNING_RATE_SCALES = {"model/dense/kernel": 0.25, "model/dense/bias": 0.5,
+                        "model/encoder/LayerNorm/gamma": 0.125, "model/cls/output_bias": 0.75}
+
+
+@pytest.mark.parametrize("use_resource, skip_non_finite, scaled", [
+    (True, False, False), (False, False, False), (True, True, False), (True, False, True),
+    (False, False, True), (True, True, True)])
 @pytest.mark.parametrize("optimizer", ["adamw", "radam", "lamb", BIAS_CORRECTED_ADAMW])
-def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite):
+def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite, scaled):
   num_steps = 8  # RAdam: steps 1-5 momentum only, 6-8 rectified
   init_lr, num_train_steps, num_warmup_steps = 0.05, 10, 3
   weight_decay_rate = 0.1
@@ -203,7 +210,8 @@ def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite):
     train_op, global_norm = optimization.apply_gradients(
         [(grad_phs[n], variables[n]) for n in names], lr, global_step,
         optimizer=_optimizer_argument(optimizer, lr, weight_decay_rate), clip_norm=1.0,
-        weight_decay_rate=weight_decay_rate, skip_non_finite=skip_non_finite)
+        weight_decay_rate=weight_decay_rate, skip_non_finite=skip_non_finite,
+        learning_rate_scales=LEARNING_RATE_SCALES if scaled else None)
     slots = {n: (tf.global_variables(n + "/adam_m")[0], tf.global_variables(n + "/adam_v")[0])
              for n in names}
 
@@ -230,8 +238,9 @@ def test_optimizer_matches_numpy(optimizer, use_resource, skip_non_finite):
           lr_value = np_learning_rate(applied, init_lr, num_train_steps, num_warmup_steps)
           for n, grad in zip(names, clipped):
             decay = 0.0 if any(p in n for p in NO_DECAY_PATTERNS) else weight_decay_rate
+            var_lr = lr_value * (LEARNING_RATE_SCALES.get(n, 1.0) if scaled else 1.0)
             params[n], ms[n], vs[n] = np_update(optimizer, params[n], ms[n], vs[n], grad,
-                                                lr_value, applied + 1, decay)
+                                                var_lr, applied + 1, decay)
           applied += 1
 
         got = sess.run({n: (variables[n], slots[n][0], slots[n][1]) for n in names})
