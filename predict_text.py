@@ -75,7 +75,8 @@ def define_flags():
   flags.DEFINE_string("export_dir", None, "An export of run_classifier_mgpu.py, "
                       "run_ner_mgpu.py or run_squad_mgpu.py: its base directory (the newest "
                       "version is used) or one version.")
-  flags.DEFINE_string("output_dir", None, "Or such a script's --do_train output_dir (its best checkpoint, else the latest).")
+  flags.DEFINE_string("output_dir", None, "Or such a script's --do_train output_dir (its "
+                      "best checkpoint, else the latest).")
   flags.DEFINE_string("input_file", None, "Texts, one per line (UTF-8); default: stdin.")
   flags.DEFINE_string("output_file", None, "Where to write the predictions; default: stdout.")
   flags.DEFINE_bool("text_b", False, "Each input line is text_a<TAB>text_b (sentence pairs).")
@@ -180,6 +181,7 @@ def write_output(text):
 # ---------------------------------------------------------------------------
 
 def input_limits():
+  """The kinds.InputLimits of the flags."""
   return kinds.InputLimits(max_context_chars=FLAGS.max_context_chars)
 
 
@@ -193,7 +195,9 @@ def load_tensorflow_model():
     raise UsageError("--backend=tensorflow (the default) needs TensorFlow, which does not "
                      "import here (%s): install it, or run an ONNX export with "
                      "--backend=onnxruntime." % " ".join(str(e).split()))
-  from bert_mgpu.serving import predictor as serving_predictor  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.serving import predictor as serving_predictor
+  # pylint: enable=import-outside-toplevel
   if FLAGS.export_dir:
     return serving_predictor.load_export(FLAGS.export_dir)
   return serving_predictor.load_output_dir(FLAGS.output_dir)

@@ -23,7 +23,6 @@ predict_text.py then answers questions from JSON lines or HTTP.
 """
 
 import math
-import os
 
 import tensorflow.compat.v1 as tf
 
@@ -80,11 +79,11 @@ def define_flags():
 def check_flags():
   """Validates flags and files before anything is written (the model files are checked when
   the job reads them)."""
-  if not (FLAGS.do_train or FLAGS.do_predict or FLAGS.export_dir):
-    raise UsageError("Nothing to do: pass --do_train, --do_predict and/or --export_dir.")
-  if FLAGS.export_dir and os.path.isfile(FLAGS.export_dir):
-    raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
-                     FLAGS.export_dir)
+  if command_line.check_actions(()):
+    # The model's windows and vocab are its training's (model_settings.json).
+    command_line.refuse_unread_flags({name: "--do_train or --do_predict" for name in (
+        "train_file", "predict_file", "vocab_file", "bert_config_file", "do_lower_case",
+        "max_seq_length", "doc_stride", "max_query_length", "version_2_with_negative")})
   if FLAGS.do_train:
     bert_files.require_file("train_file", FLAGS.train_file)
   if FLAGS.do_predict:

@@ -328,10 +328,11 @@ def check_actions(data_flags, flag_values=None):
     UsageError: the first problem.
   """
   flag_values = FLAGS if flag_values is None else flag_values
-  if not (flag_values.do_train or flag_values.do_eval or flag_values.do_predict or
-          flag_values.export_dir):
-    raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
-                     "--do_predict, --export_dir.")
+  actions = [name for name in ("do_train", "do_eval", "do_predict", "export_dir")
+             if name in flag_values]
+  if not any(getattr(flag_values, name) for name in actions):
+    raise UsageError("Nothing to do: pass at least one of %s." %
+                     ", ".join("--" + name for name in actions))
   only_export = export_only(flag_values)
   for name in ("output_dir",) + (() if only_export else tuple(data_flags)):
     if not getattr(flag_values, name):
@@ -339,7 +340,7 @@ def check_actions(data_flags, flag_values=None):
   if flag_values.export_dir and os.path.isfile(flag_values.export_dir):
     raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
                      flag_values.export_dir)
-  if flag_values.early_stopping_patience < 0:
+  if flag_value(flag_values, "early_stopping_patience", 0) < 0:
     raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
                      flag_values.early_stopping_patience)
   return only_export

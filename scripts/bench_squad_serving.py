@@ -53,9 +53,9 @@ default to /work/bench43/cmrc2018_dev.json and cmrc2018_trial.json):
   # its prediction and export 1.5, the three predict_text.py runs 2)
   .venv-tf2/bin/python scripts/bench_squad_serving.py --measure=answers \\
       --work_dir /work/bench43/serving
-  # speed at BERT-base: about 11 minutes on 2 cores (making the model 2, the timing 9: a
-  # round is ~114 windows, 16 + 32 questions, on each backend; ~1.5 s a window for the
-  # three together with another process beside it). Time it on an idle machine.
+  # speed at BERT-base: about 7 minutes on 2 idle cores (making the model about 2, the
+  # timing 267 s on 2026-11-28: 3 rounds of 16 + 32 questions, ~114 windows, per
+  # backend). Time it on an idle machine.
   .venv-tf2/bin/python scripts/bench_squad_serving.py --measure=speed \\
       --work_dir /work/bench43/serving
 """

@@ -20,6 +20,7 @@ import time
 
 from bert_mgpu.errors import UsageError, signal_name
 from bert_mgpu.serving import batching
+from bert_mgpu.data import text_files
 from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_inputs
 from bert_mgpu import signals
@@ -50,12 +51,34 @@ def parse_request(body, predictor, max_texts):
     TooManyTexts: more than `max_texts` texts.
   """
   try:
-    request = json.loads(body.decode("utf-8"))
+    request = text_files.parse_json(body.decode("utf-8"))
+  except text_files.DuplicateKeyError as e:
+    raise BadRequest('the key "%s" is given twice in one object: keep one' % e.args[0])
   except (UnicodeDecodeError, ValueError) as e:
     raise BadRequest("the body is not JSON in UTF-8 (%s)" % e)
   except RecursionError:
     raise BadRequest("the JSON is nested too deeply")
+  surrogate = _first_surrogate(request)
+  if surrogate:
+    raise BadRequest("a string holds an unpaired surrogate \\u%04x (a broken \\u escape; a "
+                     "character outside the BMP is a pair, e.g. \\ud83d\\ude00)" %
+                     ord(surrogate))
   return predictor.parse_request(request, max_texts)
+
+
+def _first_surrogate(value):
+  """The first unpaired surrogate in the strings of a decoded JSON value, or None: no UTF-8
+  reply could carry it back."""
+  if isinstance(value, str):
+    found = text_files.find_surrogate(value)
+    return found[0] if found else None
+  items = (list(value.keys()) + list(value.values()) if isinstance(value, dict) else
+           value if isinstance(value, list) else [])
+  for item in items:
+    found = _first_surrogate(item)
+    if found:
+      return found
+  return None
 
 
 class ServingState(object):

@@ -53,14 +53,12 @@ def check_checkpoint_variables(checkpoint, labels_file, kind):
   saved = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
   for variable in variables:
     shape = variable.shape.as_list()
-    if list(saved[variable.op.name]) != shape and labels_file is None:
-      raise UsageError(
-          "%s: %s has shape %s there but %s here (from bert_config.json): the checkpoint was "
-          "trained with another config. Use the config it was trained with." %
-          (checkpoint, variable.op.name, list(saved[variable.op.name]), shape))
     if list(saved[variable.op.name]) != shape:
+      sources = "bert_config.json" if labels_file is None else "%s and bert_config.json" % (
+          labels_file)
       raise UsageError(
-          "%s: %s has shape %s there but %s here (from %s and bert_config.json): the "
-          "checkpoint was trained with other labels or another config. Use the labels.txt "
-          "and config it was trained with." %
-          (checkpoint, variable.op.name, list(saved[variable.op.name]), shape, labels_file))
+          "%s: %s has shape %s there but %s here (from %s): the checkpoint was trained with "
+          "%sanother config. Use the %sconfig it was trained with." % (
+              checkpoint, variable.op.name, list(saved[variable.op.name]), shape, sources,
+              "" if labels_file is None else "other labels or ",
+              "" if labels_file is None else "labels.txt and "))

@@ -24,6 +24,7 @@ No TensorFlow import: predict_text.py --backend=onnxruntime runs this.
 import collections
 import json
 import logging
+import math
 
 import numpy as np
 
@@ -68,46 +69,70 @@ Question, and whether the request was one object (answered by one record) rather
 list."""
 
 
+class BadQuestion(ValueError):
+  """A question record that cannot be answered: str() says why.
+
+  Attributes:
+    too_long: the context is over --max_context_chars (HTTP 413; else 400).
+  """
+
+  def __init__(self, problem, too_long=False):
+    super(BadQuestion, self).__init__(problem)
+    self.too_long = too_long
+
+  def advice(self):
+    """What to do, for a line of an input file."""
+    if self.too_long:
+      return "shorten the context, or raise --max_context_chars"
+    return ('write one JSON object per line: {"id": ..., "question": "...", '
+            '"context": "..."}')
+
+
 def question_of(value, max_context_chars):
-  """The Question of a decoded JSON object, or the problem with it (a str).
+  """The Question of a decoded JSON object.
 
   The question and the context must be non-blank strings, the context at most
-  max_context_chars characters; "id" is optional (any JSON string or number).
+  max_context_chars characters; "id" is optional (a string or a finite number). No string
+  may hold an unpaired surrogate (a broken \\u escape), which no UTF-8 output can carry.
+
+  Raises:
+    BadQuestion: saying what is wrong.
   """
   if not isinstance(value, dict):
-    return None, "expected a JSON object {\"id\", \"question\", \"context\"}, found %s" % (
-        text_files.quote_value(value, as_json=True))
+    raise BadQuestion('expected a JSON object {"id", "question", "context"}, found %s' %
+                      text_files.quote_value(value, as_json=True))
   for key in ("question", "context"):
     if key not in value:
-      return None, "it has no \"%s\"" % key
+      raise BadQuestion('it has no "%s"' % key)
     if not isinstance(value[key], str):
-      return None, "\"%s\" is %s, not a string" % (key, text_files.quote_value(value[key],
-                                                                               as_json=True))
+      raise BadQuestion('"%s" is %s, not a string' % (
+          key, text_files.quote_value(value[key], as_json=True)))
     if not value[key].strip():
-      return None, "\"%s\" is empty" % key
+      raise BadQuestion('"%s" is empty' % key)
   question_id = value.get("id")
-  if question_id is not None and (isinstance(question_id, bool) or
-                                  not isinstance(question_id, (str, int, float))):
-    return None, "\"id\" is %s: give a string or a number" % text_files.quote_value(
-        question_id, as_json=True)
+  if question_id is not None and (
+      isinstance(question_id, bool) or not isinstance(question_id, (str, int, float)) or
+      (isinstance(question_id, float) and not math.isfinite(question_id))):
+    raise BadQuestion('"id" is %s: give a string or a finite number' %
+                      text_files.quote_value(question_id, as_json=True))
+  for key in ("id", "question", "context"):
+    surrogate = isinstance(value.get(key), str) and text_files.find_surrogate(value[key])
+    if surrogate:
+      raise BadQuestion('"%s" holds an unpaired surrogate \\u%04x at character %d (a broken '
+                        '\\u escape; a character outside the BMP is a pair, e.g. '
+                        '\\ud83d\\ude00)' % (key, ord(surrogate[0]), surrogate[1]))
   if len(value["context"]) > max_context_chars:
-    return None, ("the context has %d characters, more than --max_context_chars=%d" %
-                  (len(value["context"]), max_context_chars))
-  return Question(question_id, value["question"], value["context"]), None
-
-
-def _advice(problem):
-  if "--max_context_chars" in problem:
-    return "shorten the context, or raise --max_context_chars"
-  return ("write one JSON object per line: {\"id\": ..., \"question\": \"...\", "
-          "\"context\": \"...\"}")
+    raise BadQuestion("the context has %d characters, more than --max_context_chars=%d" %
+                      (len(value["context"]), max_context_chars), too_long=True)
+  return Question(question_id, value["question"], value["context"])
 
 
 def parse_question_lines(name, text, max_context_chars):
   """The Questions of a JSON-lines input, one per line.
 
   Raises:
-    UsageError: naming the file and line: not JSON, not such an object, an empty line.
+    UsageError: naming the file and line: not JSON, a key given twice, not such an
+      object (BadQuestion), an empty line.
   """
   questions = []
   lines = list(text_files.numbered_lines(text))
@@ -118,13 +143,15 @@ def parse_question_lines(name, text, max_context_chars):
       raise text_files.line_error(name, line_number, "the line is empty",
                                   "put a question there or remove the line")
     try:
-      value = text_files.parse_json(line)
+      questions.append(question_of(text_files.parse_json(line), max_context_chars))
+    except text_files.DuplicateKeyError as e:
+      raise text_files.line_error(name, line_number, 'the key "%s" is given twice' %
+                                  e.args[0], "keep one of them")
     except (ValueError, RecursionError) as e:
-      raise text_files.line_error(name, line_number, "not JSON (%s)" % e, _advice(""))
-    question, problem = question_of(value, max_context_chars)
-    if problem:
-      raise text_files.line_error(name, line_number, problem, _advice(problem))
-    questions.append(question)
+      if isinstance(e, BadQuestion):
+        raise text_files.line_error(name, line_number, str(e), e.advice())
+      raise text_files.line_error(name, line_number, "not JSON (%s)" % e,
+                                  BadQuestion("").advice())
   return questions
 
 
@@ -153,32 +180,35 @@ class SquadPredictor(kinds.TextPredictor):
     super(SquadPredictor, self).__init__(model, runner)
     self.settings = model.files.settings
 
-  def featurize(self, texts_a, texts_b=None):
-    """SquadFeatures of a list of Question (texts_a), windowed as run_squad_mgpu.py does."""
+  def featurize(self, questions, texts_b=None):
+    """SquadFeatures of a list of Question, windowed as run_squad_mgpu.py does."""
     del texts_b  # the kind takes no pairs
-    questions = list(texts_a)
-    s = self.settings
+    questions = list(questions)
+    settings = self.settings
     examples = [squad_data.SquadExample(q.id, q.question, q.context) for q in questions]
     windows = list(squad_data.convert_examples_to_features(
-        examples, self.model.tokenizer, s["max_seq_length"], s["doc_stride"],
-        s["max_query_length"], False, collections.Counter()))
+        examples, self.model.tokenizer, settings["max_seq_length"], settings["doc_stride"],
+        settings["max_query_length"], False, collections.Counter()))
     arrays = {name: np.array([getattr(w, name) for w in windows], np.int32).reshape(
-        [len(windows), s["max_seq_length"]]) for name in MODEL_INPUTS}
+        [len(windows), settings["max_seq_length"]]) for name in MODEL_INPUTS}
     return SquadFeatures(model_inputs.Features(arrays, np.zeros([len(windows)], np.bool_)),
                          questions, examples, windows)
 
   def featurize_file(self, name, inputs):
-    del name  # every question has windows: parse_question_lines refused blank ones
+    """featurize() of an input file's questions (nothing to refuse: every context, even one
+    without tokens, has a window, as in run_squad_mgpu.py)."""
+    del name
     return self.featurize(inputs.questions)
 
   def predict(self, features):
+    """The start and end logits of featurized windows: float32 [windows, 2, seq]."""
     if not len(features.truncated):
       return np.zeros([0, 2, self.max_seq_length], np.float32)
     return self._runner.predict(features)
 
   def decode(self, featurized, outputs):
     """One {"id", "answer", "start", "probability"} record per question."""
-    s = self.settings
+    s = self.settings  # the model's window and answer settings
     by_example = squad_data.features_by_example(featurized.windows)
     records = []
     for index, example in enumerate(featurized.examples):
@@ -217,12 +247,11 @@ class SquadPredictor(kinds.TextPredictor):
                                "(--max_request_texts)" % (len(items), max_texts))
     questions = []
     for index, item in enumerate(items):
-      question, problem = question_of(item, self.limits.max_context_chars)
-      if problem:
-        where = "" if single else "item %d: " % index
-        error = kinds.TooManyTexts if "--max_context_chars" in problem else kinds.BadRequest
-        raise error(where + problem)
-      questions.append(question)
+      try:
+        questions.append(question_of(item, self.limits.max_context_chars))
+      except BadQuestion as e:
+        error = kinds.TooManyTexts if e.too_long else kinds.BadRequest
+        raise error(("" if single else "item %d: " % index) + str(e))
     return QuestionsRequest(questions, single)
 
   def request_size(self, inputs):
@@ -236,7 +265,7 @@ class SquadPredictor(kinds.TextPredictor):
     return records[0] if inputs.single else records
 
   def metadata(self):
-    """GET /labels: no labels; the settings that decide the answers."""
+    """GET /labels: no labels; the model's settings (model_settings.json's, as exported)."""
     return {"labels": [], "settings": {key: value for key, value in self.settings.items()
                                        if key != "model"}}
 

@@ -21,7 +21,7 @@ from bert_mgpu.squad import model as squad_model
 SPAN_LOGITS = "span_logits"
 
 
-def create_model_fn(model):
+def span_logits_model_fn(model):
   """squad_model's model_fn for a predictor.LoadedModel, with the logits stacked as one
   output padded back to max_seq_length (so that batches of any length concatenate)."""
   model_fn = squad_model.create_model_fn(model.bert_config,
@@ -50,5 +50,5 @@ class SquadGraph(kinds.KindGraph):
     return ("start_logits", "end_logits")
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
-    return predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
+    return predictor.Predictor(model, span_logits_model_fn(model), devices, batch_size_per_tower,
                                output_name=SPAN_LOGITS)

@@ -208,6 +208,11 @@ class SquadTask(job.Task):
     if not self.settings.decoding_overrides:
       return files
     settings = collections.OrderedDict(files.settings)
+    if ("null_score_diff_threshold" in self.settings.decoding_overrides and
+        not settings["version_2_with_negative"]):
+      raise UsageError("--null_score_diff_threshold: the model in %s was trained without "
+                       "--version_2_with_negative, so it always answers with a span; drop "
+                       "--null_score_diff_threshold." % self.job_settings.output_dir)
     for name, value in sorted(self.settings.decoding_overrides.items()):
       if settings[name] != value:
         tf.logging.info("Exporting with %s=%s (trained with %s).", name, value, settings[name])

@@ -325,6 +325,10 @@ def post(url, payload):
   return request(url + "/predict", json.dumps(payload, ensure_ascii=False).encode("utf-8"))
 
 
+def post_bytes(url, body):
+  return request(url + "/predict", body)
+
+
 def assert_records_close(actual, expected, tolerance):
   """The same records, the probabilities within `tolerance`."""
   assert isinstance(actual, list) and len(actual) == len(expected), (actual, expected)
@@ -408,6 +412,18 @@ def test_serve_answers_as_the_file(models, tmp_path, backend):
     status, reply = post(url, model.questions[0])
     assert status == 200, reply
     assert_records_close([reply], [expected[0]], TF_TOLERANCE)
+    # A broken \u escape (an unpaired surrogate) and a key given twice: 400.
+    for body, fragment in (
+        (b'{"question": "Where?", "context": "Tea \\ud800 here."}', "unpaired surrogate"),
+        (b'{"question": "Where?", "question": "Who?", "context": "Tea."}',
+         'the key "question" is given twice')):
+      status, reply = post_bytes(url, body)
+      assert status == 400 and fragment in reply["error"], reply
+    # A context of no tokens (control and zero-width characters) is answered: no answer.
+    status, reply = post(url, {"id": "blank", "question": "Where?",
+                               "context": "\u0001\u200b\u0002"})
+    assert status == 200, reply
+    assert (reply["id"], reply["answer"], reply["start"]) == ("blank", "", -1), reply
 
     running.signal(signal.SIGTERM)
     assert running.wait() == 0, running.stderr()[-3000:]
@@ -510,6 +526,12 @@ BAD_LINES = {
                       ['"context" is empty']),
     "not_json": ("Where is the tea from?\tTea comes from Assam.", [], ["not JSON"]),
     "empty_line": ("", [], ["the line is empty"]),
+    "surrogate": ('{"id": "b", "question": "Where?", "context": "Tea \\udc00."}', [],
+                  ['"context" holds an unpaired surrogate \\udc00 at character 5']),
+    "twice": ('{"id": "b", "question": "Where?", "question": "Who?", "context": "Tea."}', [],
+              ['the key "question" is given twice']),
+    "nan_id": ('{"id": NaN, "question": "Where?", "context": "Tea."}', [],
+               ['"id" is NaN: give a string or a finite number']),
     "context_too_long": ({"id": "b", "question": "Where?", "context": "Tea. " * 11},
                          ["--max_context_chars=50"],
                          ["the context has 55 characters", "--max_context_chars=50"]),
@@ -567,6 +589,26 @@ def test_an_ner_model_given_to_run_squad_is_one_line(models, tmp_path):
   cli.assert_one_line_error(result, "model_settings.json",
                             "'ner' model, not a reading-comprehension model",
                             "run_squad_mgpu.py")
+  assert not os.path.exists(export_dir)
+
+
+@pytest.mark.parametrize("flag", ["--doc_stride=16", "--max_seq_length=32",
+                                  "--version_2_with_negative"])
+def test_an_export_only_run_refuses_the_trained_window_flags(models, tmp_path, flag):
+  export_dir = str(tmp_path / "exports")
+  result = cli.run_script("run_squad_mgpu.py", ["--output_dir=" + models["en"].output_dir,
+                                                "--export_dir=" + export_dir, flag])
+  cli.assert_one_line_error(result, flag.split("=")[0], "--do_train or --do_predict")
+  assert not os.path.exists(export_dir)
+
+
+def test_a_threshold_for_a_v1_model_is_one_line(models, tmp_path):
+  export_dir = str(tmp_path / "exports")
+  result = cli.run_script("run_squad_mgpu.py", ["--output_dir=" + models["zh"].output_dir,
+                                                "--export_dir=" + export_dir,
+                                                "--null_score_diff_threshold=1.5"])
+  cli.assert_one_line_error(result, "--null_score_diff_threshold",
+                            "without --version_2_with_negative")
   assert not os.path.exists(export_dir)
 
 
