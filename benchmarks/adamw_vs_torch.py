@@ -129,16 +129,22 @@ def run_torch(ours_path):
         label, STEPS, difference, largest_weight))
 
 
-def main():
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def two_sides_main(doc, default_npz, ours, torch, argv=None):
+  """The command line of a comparison in two steps (this one's, layerwise_lr_vs_torch.py's):
+  `ours [--out F.npz]` calls ours(F.npz), `torch [--ours F.npz]` calls torch(F.npz)."""
+  p = argparse.ArgumentParser(description=doc.split("\n")[0])
   p.add_argument("side", choices=("ours", "torch"))
-  p.add_argument("--out", default="/tmp/adamw_vs_torch.npz", help="ours: where to write")
-  p.add_argument("--ours", default="/tmp/adamw_vs_torch.npz", help="torch: ours' file")
-  args = p.parse_args()
+  p.add_argument("--out", default=default_npz, help="ours: where to write")
+  p.add_argument("--ours", default=default_npz, help="torch: ours' file")
+  args = p.parse_args(argv)
   if args.side == "ours":
-    run_ours(args.out)
+    ours(args.out)
   else:
-    run_torch(args.ours)
+    torch(args.ours)
+
+
+def main():
+  two_sides_main(__doc__, "/tmp/adamw_vs_torch.npz", run_ours, run_torch)
 
 
 if __name__ == "__main__":

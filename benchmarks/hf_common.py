@@ -112,32 +112,45 @@ def make_optimizer(model, learning_rate, weight_decay=0.01, google_adamw=False):
   return torch.optim.AdamW(groups, lr=learning_rate, eps=1e-6)
 
 
-def save_npz(model, path, head_scope=""):
-  """Writes the model's weights to a .npz under Google's names and layouts (weight_names)."""
+def google_arrays(model, head_scope=""):
+  """A copy of the model's weights as a dict of NumPy arrays under Google's names and
+  layouts (weight_names)."""
   arrays = {}
   for hf_name, param in model.named_parameters():
     name, transpose = weight_names.google_name(hf_name, head_scope)
     value = param.detach().cpu().numpy()
-    arrays[name] = value.T if transpose else value
+    arrays[name] = np.array(value.T if transpose else value)  # not a view of the parameter
+  return arrays
+
+
+def save_npz(model, path, head_scope=""):
+  """Writes the model's weights to a .npz under Google's names and layouts (weight_names)."""
   if not path.endswith(".npz"):
     raise ValueError("%s: give a path ending in .npz (np.savez would append it)" % path)
-  np.savez(path, **arrays)
+  np.savez(path, **google_arrays(model, head_scope))
+
+
+def load_arrays(model, arrays, source, head_scope=""):
+  """Sets every weight of the model from `arrays` (a mapping of Google names to NumPy arrays
+  in Google's layouts). Raises ValueError naming a weight `arrays` lacks or has in another
+  shape; `source` names where they came from in the message."""
+  with torch.no_grad():
+    for hf_name, param in model.named_parameters():
+      name, transpose = weight_names.google_name(hf_name, head_scope)
+      if name not in arrays:
+        raise ValueError("%s has no %s (for %s)" % (source, name, hf_name))
+      value = arrays[name].T if transpose else arrays[name]
+      if tuple(value.shape) != tuple(param.shape):
+        raise ValueError("%s: %s is %s, the model's %s is %s" % (
+            source, name, value.shape, hf_name, tuple(param.shape)))
+      param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
 
 def load_npz(model, path, head_scope=""):
   """Sets every weight of the model from a .npz of Google names (save_npz's or
-  checkpoint_npz.py's). Raises ValueError naming a weight the file lacks or has in
-  another shape."""
-  with np.load(path) as arrays, torch.no_grad():
-    for hf_name, param in model.named_parameters():
-      name, transpose = weight_names.google_name(hf_name, head_scope)
-      if name not in arrays.files:
-        raise ValueError("%s has no %s (for %s)" % (path, name, hf_name))
-      value = arrays[name].T if transpose else arrays[name]
-      if tuple(value.shape) != tuple(param.shape):
-        raise ValueError("%s: %s is %s, the model's %s is %s" % (
-            path, name, value.shape, hf_name, tuple(param.shape)))
-      param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+  checkpoint_npz.py's); see load_arrays."""
+  with np.load(path) as arrays:
+    load_arrays(model, {name: arrays[name] for name in arrays.files}, path, head_scope)
 
 
 def set_initial_weights(model, init_npz, save_init_npz, head_scope=""):
