@@ -132,7 +132,9 @@ def test_towers_give_the_same_update_as_one_big_batch(optimizer):
   assert relative_update_difference(initial, one_tower, different) > 1e-2
 
 
-@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+# Google's AdamW (the fused kernel) and LAMB (the trust ratio before the factor); the factors
+# of every optimizer are checked against NumPy in tests/model/test_optimization.py.
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
 def test_layerwise_learning_rates_on_towers_are_one_devices(optimizer):
   """With --layerwise_lr_decay, 2 towers (and 2 accumulated micro-batches) give one device's
   update, and that update is not the undecayed one."""
