@@ -25,7 +25,6 @@ from bert_mgpu.classifier import task as classifier_task
 from bert_mgpu.classifier import task_registry
 from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
-from bert_mgpu.training import job
 
 FLAGS = tf.flags.FLAGS
 
@@ -110,12 +109,7 @@ def check_flags():
 
 def main(_):
   settings = check_flags()
-  if command_line.export_only():  # a trained output_dir: no data read
-    classifier_task.ClassifierTask(command_line.export_job_settings(), settings).export(
-        FLAGS.export_dir)
-    return
-  job.run_job(classifier_task.ClassifierTask(command_line.job_settings(), settings),
-              FLAGS.export_dir)
+  command_line.run_or_export(classifier_task.ClassifierTask, settings)
 
 
 if __name__ == "__main__":

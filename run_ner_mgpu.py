@@ -31,7 +31,6 @@ from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import task as ner_task
-from bert_mgpu.training import job
 
 FLAGS = tf.flags.FLAGS
 
@@ -95,11 +94,7 @@ def settings_from_flags(export_format):
 def main(_):
   export_format = command_line.export_format()  # first: refused before anything else runs
   check_flags()
-  settings = settings_from_flags(export_format)
-  if command_line.export_only():  # a trained output_dir: no data read
-    ner_task.NerTask(command_line.export_job_settings(), settings).export(FLAGS.export_dir)
-    return
-  job.run_job(ner_task.NerTask(command_line.job_settings(), settings), FLAGS.export_dir)
+  command_line.run_or_export(ner_task.NerTask, settings_from_flags(export_format))
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ With --do_train, also what serving needs: vocab.txt, bert_config.json, model_set
 
 With --export_dir, the best (else the latest) checkpoint is exported into the next numbered
 version directory there (a SavedModel, model.onnx or both: --export_format; docs/SERVING.md);
-alone (no --do_*), it exports a trained output_dir, and --n_best_size, --max_answer_length
-and --null_score_diff_threshold, when given, replace the trained ones in the export.
+alone (no --do_*), it exports a trained output_dir. In a run that exports without training,
+--n_best_size, --max_answer_length and --null_score_diff_threshold, when given, replace the
+trained ones in the export.
 predict_text.py then answers questions from JSON lines or HTTP.
 """
 
@@ -31,7 +32,6 @@ from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.squad import serving as squad_serving
 from bert_mgpu.squad import task as squad_task
-from bert_mgpu.training import job
 
 
 # ---------------------------------------------------------------------------
@@ -120,11 +120,7 @@ def settings_from_flags(export_format):
 def main(_):
   export_format = command_line.export_format()  # first: refused before anything else runs
   check_flags()
-  settings = settings_from_flags(export_format)
-  if command_line.export_only():  # a trained output_dir: no data read
-    squad_task.SquadTask(command_line.export_job_settings(), settings).export(FLAGS.export_dir)
-    return
-  job.run_job(squad_task.SquadTask(command_line.job_settings(), settings), FLAGS.export_dir)
+  command_line.run_or_export(squad_task.SquadTask, settings_from_flags(export_format))
 
 
 if __name__ == "__main__":

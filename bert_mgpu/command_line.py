@@ -313,6 +313,23 @@ def export_only(flag_values=None):
       flag_values.do_train or flag_value(flag_values, "do_eval") or flag_values.do_predict)
 
 
+def run_or_export(task_class, settings, flag_values=None):
+  """main()'s last step in a script with --export_dir: the task's job (job.run_job, which
+  exports at the end with --export_dir), or, when the run only exports (export_only), the
+  export of its trained output_dir alone, with no data read and no device set up.
+
+  Args:
+    task_class: the script's job.Task subclass, made with (JobSettings, settings).
+    settings: the task's settings object.
+  """
+  from bert_mgpu.training import job  # pylint: disable=import-outside-toplevel
+  flag_values = FLAGS if flag_values is None else flag_values
+  if export_only(flag_values):
+    task_class(export_job_settings(flag_values), settings).export(flag_values.export_dir)
+    return
+  job.run_job(task_class(job_settings(flag_values), settings), flag_values.export_dir)
+
+
 def check_actions(data_flags, flag_values=None):
   """The first checks of a script with --do_train/--do_eval/--do_predict/--export_dir:
   something to do, the flags it needs, --export_dir a directory, a sane patience.

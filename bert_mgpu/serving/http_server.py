@@ -18,9 +18,9 @@ import sys
 import threading
 import time
 
+from bert_mgpu.data import text_files
 from bert_mgpu.errors import UsageError, signal_name
 from bert_mgpu.serving import batching
-from bert_mgpu.data import text_files
 from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_inputs
 from bert_mgpu import signals

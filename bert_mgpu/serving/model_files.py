@@ -87,8 +87,8 @@ def read_settings(path, kinds=None):
                      (path, ", ".join(missing), script))
   if settings["model"] not in kinds:
     raise UsageError("%s says this is a %r model, not %s: give the output_dir or export of a "
-                     "%s model." % (path, settings["model"],
-                                    " or ".join(servable_kinds.describe(kind) for kind in kinds), script))
+                     "%s model." % (path, settings["model"], " or ".join(
+                         servable_kinds.describe(kind) for kind in kinds), script))
   kind = servable_kinds.checked(settings["model"], path)
   missing = [key for key in kind.settings_fields if key not in settings]
   if missing:

@@ -84,8 +84,10 @@ class BadQuestion(ValueError):
     """What to do, for a line of an input file."""
     if self.too_long:
       return "shorten the context, or raise --max_context_chars"
-    return ('write one JSON object per line: {"id": ..., "question": "...", '
-            '"context": "..."}')
+    return _LINE_ADVICE
+
+
+_LINE_ADVICE = 'write one JSON object per line: {"id": ..., "question": "...", "context": "..."}'
 
 
 def question_of(value, max_context_chars):
@@ -143,15 +145,16 @@ def parse_question_lines(name, text, max_context_chars):
       raise text_files.line_error(name, line_number, "the line is empty",
                                   "put a question there or remove the line")
     try:
-      questions.append(question_of(text_files.parse_json(line), max_context_chars))
+      value = text_files.parse_json(line)
     except text_files.DuplicateKeyError as e:
       raise text_files.line_error(name, line_number, 'the key "%s" is given twice' %
                                   e.args[0], "keep one of them")
     except (ValueError, RecursionError) as e:
-      if isinstance(e, BadQuestion):
-        raise text_files.line_error(name, line_number, str(e), e.advice())
-      raise text_files.line_error(name, line_number, "not JSON (%s)" % e,
-                                  BadQuestion("").advice())
+      raise text_files.line_error(name, line_number, "not JSON (%s)" % e, _LINE_ADVICE)
+    try:
+      questions.append(question_of(value, max_context_chars))
+    except BadQuestion as e:
+      raise text_files.line_error(name, line_number, str(e), e.advice())
   return questions
 
 
@@ -208,15 +211,15 @@ class SquadPredictor(kinds.TextPredictor):
 
   def decode(self, featurized, outputs):
     """One {"id", "answer", "start", "probability"} record per question."""
-    s = self.settings  # the model's window and answer settings
+    settings = self.settings
     by_example = squad_data.features_by_example(featurized.windows)
     records = []
     for index, example in enumerate(featurized.examples):
       rows = by_example[index]
       answers = squad_data.question_answers(
           example, [featurized.windows[row] for row in rows], outputs[rows, 0],
-          outputs[rows, 1], s["n_best_size"], s["max_answer_length"],
-          s["version_2_with_negative"], s["null_score_diff_threshold"])
+          outputs[rows, 1], settings["n_best_size"], settings["max_answer_length"],
+          settings["version_2_with_negative"], settings["null_score_diff_threshold"])
       records.append(collections.OrderedDict([
           ("id", example.qas_id), ("answer", answers.answer.text),
           ("start", int(answers.answer.char_start)),

@@ -28,8 +28,10 @@ and check_start (model.py's check_head) when it predicts with a fine-tuned head.
 model serves defines its servable kind (serving/kinds.py) in its serving.py and overrides
 check_head and model_files_to_export: export then works as for the others. labels.txt is
 written by data/label_files.write_label_file, the eval files by runner.write_eval_results,
-and the best checkpoint lives in checkpoints.BEST_SUBDIR. A run script of about 100 lines defines the
-flags, checks them, builds the settings and calls run_job; it loads no model file itself.
+and the best checkpoint lives in checkpoints.BEST_SUBDIR. A run script of about 100 lines
+defines the flags, checks them, builds the settings and calls run_job (with --export_dir:
+command_line.run_or_export, which exports alone when the run only exports); it loads no
+model file itself.
 """
 
 import contextlib
