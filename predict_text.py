@@ -99,7 +99,7 @@ def define_flags():
                        "many milliseconds of the first waiting one run as one batch.")
   flags.DEFINE_integer("max_batch", 256, "With --serve: at most this many texts per batch; "
                        "a larger request runs in chunks of this many.")
-  flags.DEFINE_integer("max_request_texts", 4096, "With --serve: at most this many texts per "
+  flags.DEFINE_integer("max_request_texts", kinds.InputLimits().max_texts, "With --serve: at most this many texts per "
                        "request (more: 413).")
   flags.DEFINE_integer("max_context_chars", kinds.InputLimits().max_context_chars,
                        "A reading-comprehension model: the longest context a question may "
@@ -182,7 +182,8 @@ def write_output(text):
 
 def input_limits():
   """The kinds.InputLimits of the flags."""
-  return kinds.InputLimits(max_context_chars=FLAGS.max_context_chars)
+  return kinds.InputLimits(max_texts=FLAGS.max_request_texts,
+                           max_context_chars=FLAGS.max_context_chars)
 
 
 def load_tensorflow_model():
@@ -252,11 +253,8 @@ def load_model():
 def make_predictor(model):
   """The serving/kinds.TextPredictor of a load_model() model, built with --backend."""
   if FLAGS.backend == "onnxruntime":
-    predictor = make_onnx_predictor(model)
-  else:
-    predictor = make_tensorflow_predictor(model)
-  predictor.limits = input_limits()
-  return predictor
+    return make_onnx_predictor(model)
+  return make_tensorflow_predictor(model)
 
 
 def load_predictor():
@@ -288,7 +286,7 @@ def main(_):
   if FLAGS.serve is not None:
     http_server.serve(FLAGS.host, FLAGS.serve, load_predictor,
                       batch_window_seconds=FLAGS.batch_window_ms / 1000.0,
-                      max_batch=FLAGS.max_batch, max_request_texts=FLAGS.max_request_texts,
+                      max_batch=FLAGS.max_batch, limits=input_limits(),
                       drain_seconds=FLAGS.drain_seconds)
   else:
     predict_file()

@@ -42,13 +42,14 @@ BadRequest = kinds.BadRequest
 TooManyTexts = kinds.TooManyTexts
 
 
-def parse_request(body, predictor, max_texts):
+def parse_request(body, predictor, limits):
   """The inputs of a POST /predict body, as the predictor's kind reads them
   (TextPredictor.parse_request; by default (texts, texts_b or None)).
 
   Raises:
     BadRequest: not JSON, or not the JSON the kind takes.
-    TooManyTexts: more than `max_texts` texts.
+    TooManyTexts: more than limits.max_texts texts (kinds.InputLimits), or more than the
+      kind takes.
   """
   try:
     request = text_files.parse_json(body.decode("utf-8"))
@@ -63,7 +64,7 @@ def parse_request(body, predictor, max_texts):
     raise BadRequest("a string holds an unpaired surrogate \\u%04x (a broken \\u escape; a "
                      "character outside the BMP is a pair, e.g. \\ud83d\\ude00)" %
                      ord(surrogate))
-  return predictor.parse_request(request, max_texts)
+  return predictor.parse_request(request, limits)
 
 
 def _first_surrogate(value):
@@ -85,12 +86,13 @@ class ServingState(object):
   """What the request threads share: the predictor and batcher once loaded, the requests
   being answered (which a drain waits for), and counters."""
 
-  def __init__(self, chunk_size, max_request_texts):
-    """Args: chunk_size: texts featurized and queued at a time; max_request_texts."""
+  def __init__(self, chunk_size, limits):
+    """Args: chunk_size: texts featurized and queued at a time; limits: kinds.InputLimits
+    of a request."""
     self.predictor = None
     self.batcher = None
     self.chunk_size = chunk_size
-    self.max_request_texts = max_request_texts
+    self.limits = limits
     self.truncated = 0
     self.requests = 0  # POST /predict answered with the model's outputs
     self.draining = False
@@ -234,7 +236,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     if body is None:
       return
     try:
-      inputs = parse_request(body, self.state.predictor, self.state.max_request_texts)
+      inputs = parse_request(body, self.state.predictor, self.state.limits)
     except BadRequest as e:
       self._reply(400, {"error": str(e)})
       return
@@ -341,7 +343,7 @@ class _DrainOnSignals(signals.SignalCatcher):
 # Serving until SIGTERM, then draining
 # ---------------------------------------------------------------------------
 
-def serve(host, port, load_predictor, batch_window_seconds, max_batch, max_request_texts,
+def serve(host, port, load_predictor, batch_window_seconds, max_batch, limits,
           drain_seconds):
   """--serve: answers HTTP until SIGTERM or Ctrl-C, then drains and returns.
 
@@ -351,13 +353,13 @@ def serve(host, port, load_predictor, batch_window_seconds, max_batch, max_reque
       called once listening, so that /healthz says 503 meanwhile. Raises UsageError.
     batch_window_seconds, max_batch: the batching.MicroBatcher's (a larger request runs in
       chunks of max_batch texts).
-    max_request_texts: more texts in a request get 413.
+    limits: kinds.InputLimits of a request (more texts, or a kind's larger input: 413).
     drain_seconds: after SIGTERM, the most to wait for the requests being answered.
 
   Raises:
     UsageError: the port is taken, or the model does not load.
   """
-  state = ServingState(max_batch, max_request_texts)
+  state = ServingState(max_batch, limits)
   stop = threading.Event()
   # Around the shutdown too: a second signal while draining still exits at once.
   with _DrainOnSignals(stop):

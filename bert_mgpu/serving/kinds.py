@@ -33,12 +33,14 @@ from bert_mgpu.errors import UsageError
 
 _KINDS = {}
 
-InputLimits = collections.namedtuple("InputLimits", ["max_context_chars"])
-InputLimits.__new__.__defaults__ = (10000,)
-InputLimits.__doc__ = """What a request or an input line may hold beyond its count of texts
-(predict_text.py's flags); a kind reads what concerns it.
+InputLimits = collections.namedtuple("InputLimits", ["max_texts", "max_context_chars"])
+InputLimits.__new__.__defaults__ = (4096, 10000)
+InputLimits.__doc__ = """What one request or input file may ask of the model (predict_text.py's
+flags), given to the kind's parsing; a kind reads what concerns it.
 
 Fields:
+  max_texts: the most texts (a kind's records) one HTTP request may hold
+    (--max_request_texts; more: 413).
   max_context_chars: the longest passage a reading-comprehension question may come with, in
     characters (--max_context_chars; 10,000 by default).
 """
@@ -214,12 +216,10 @@ class TextPredictor(object):
     labels: the label list ([] for a kind without labels).
     max_seq_length: the model's.
     takes_text_b: the kind's.
-    limits: InputLimits of requests (predict_text.py sets its flags').
   """
 
   def __init__(self, model, runner):
     self.model = model
-    self.limits = InputLimits()
     self.labels = list(model.files.labels)
     self.max_seq_length = model.files.settings["max_seq_length"]
     self.takes_text_b = model.files.kind.takes_text_b
@@ -249,14 +249,19 @@ class TextPredictor(object):
   # The HTTP request. A kind that reads other JSON than {"texts", "texts_b"} overrides the
   # three methods below; its inputs are whatever its parse_request returns.
 
-  def parse_request(self, request, max_texts):
+  def parse_request(self, request, limits):
     """The inputs of a decoded POST /predict body: (texts, texts_b or None) of
     {"texts": [...], "texts_b": [...]} ("texts_b" only for a kind that takes pairs).
 
+    Args:
+      request: the decoded JSON.
+      limits: InputLimits.
+
     Raises:
       BadRequest: not the JSON the kind takes.
-      TooManyTexts: more than `max_texts` texts.
+      TooManyTexts: more than limits.max_texts texts.
     """
+    max_texts = limits.max_texts
     if not isinstance(request, dict) or "texts" not in request:
       raise BadRequest('send a JSON object with "texts": a list of strings (and "texts_b" '
                        'for pairs)')

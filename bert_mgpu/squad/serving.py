@@ -238,8 +238,9 @@ class SquadPredictor(kinds.TextPredictor):
 
   # HTTP: {"question", "context"} or a list of them.
 
-  def parse_request(self, request, max_texts):
+  def parse_request(self, request, limits):
     """QuestionsRequest of one {"id", "question", "context"} object or a list of them."""
+    max_texts = limits.max_texts
     single = isinstance(request, dict)
     items = [request] if single else request
     if not isinstance(items, list):
@@ -251,7 +252,7 @@ class SquadPredictor(kinds.TextPredictor):
     questions = []
     for index, item in enumerate(items):
       try:
-        questions.append(question_of(item, self.limits.max_context_chars))
+        questions.append(question_of(item, limits.max_context_chars))
       except BadQuestion as e:
         error = kinds.TooManyTexts if e.too_long else kinds.BadRequest
         raise error(("" if single else "item %d: " % index) + str(e))

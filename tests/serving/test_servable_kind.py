@@ -50,10 +50,10 @@ ToyFeatures = collections.namedtuple("ToyFeatures", ["features", "texts"])
 class ToyPredictor(kinds.TextPredictor):
   """Texts in, {"text", "score"} records out; over HTTP also one {"text": ...} alone."""
 
-  def parse_request(self, request, max_texts):
+  def parse_request(self, request, limits):
     if isinstance(request, dict) and isinstance(request.get("text"), str):
       request = {"texts": [request["text"]]}
-    return super(ToyPredictor, self).parse_request(request, max_texts)
+    return super(ToyPredictor, self).parse_request(request, limits)
 
   def featurize(self, texts_a, texts_b=None):
     del texts_b  # the kind takes no pairs

@@ -28,6 +28,7 @@ import cli
 from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.serving import batching
 from bert_mgpu.serving import http_server
+from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_inputs
 import trained_classifier
 
@@ -310,7 +311,8 @@ class LocalServer(object):
   def __init__(self):
     self.gate = threading.Event()
     self.gate.set()
-    self.state = http_server.ServingState(chunk_size=4, max_request_texts=10)
+    self.state = http_server.ServingState(chunk_size=4,
+                                          limits=kinds.InputLimits(max_texts=10))
     self.batcher = batching.MicroBatcher(self._predict, 0, 4)
     self.state.ready(StubPredictor(), self.batcher)
     self.server = http_server.make_server("127.0.0.1", 0, self.state)
@@ -480,7 +482,7 @@ def test_healthz_says_draining_and_predict_gets_503(local):
 
 
 def test_truncated_texts_are_counted_only_when_answered():
-  state = http_server.ServingState(chunk_size=4, max_request_texts=10)
+  state = http_server.ServingState(chunk_size=4, limits=kinds.InputLimits(max_texts=10))
 
   class FailingBatcher(object):
     stats = {}
