@@ -16,6 +16,7 @@ from tensorflow.python.ops import collective_ops
 
 from bert_mgpu.training import layerwise_lr
 from bert_mgpu.training import mixed_precision
+from bert_mgpu.training import weight_averages
 import optimization
 
 # ---------------------------------------------------------------------------
@@ -260,7 +261,8 @@ def saveable_variables():
 
 
 @contextlib.contextmanager
-def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False):
+def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False,
+                 read_averages=False):
   """Enters tower `tower_index`: its device, a name scope, and the shared variable scope.
 
   Variables keep their plain names (no tower prefix), so checkpoints stay Google-compatible:
@@ -271,6 +273,7 @@ def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False):
   The tower reads float32 variables cast to `compute_dtype` (mixed precision) and, with
   `use_xla`, its ops are marked for XLA, which compiles them in clusters (on TF 1.15 the ops
   XLA has no type for, like dropout's int16 bitcast, stay TensorFlow ops between clusters).
+  With `read_averages`, it reads each variable's average where it has one (--ema_decay).
   """
   tower_device = plan.tower_devices[tower_index]
   replica = plan.replica_of_tower(tower_index)
@@ -282,6 +285,8 @@ def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False):
       # (the tied embedding's lookup and output projection) are then summed on the tower's
       # device, not per tower on the variable device.
       variable = getter(replica_variable_name(name, replica), *args, **kwargs)
+      if read_averages:
+        variable = weight_averages.used_variables([variable])[0]
       with tf.device(tower_device), tf.name_scope(tower_name_scope):
         value = tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
         return mixed_precision.cast_for_compute(value, name, compute_dtype)
@@ -588,7 +593,8 @@ def _clear_after(accumulators, dependencies):
 
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
                    optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1, precision="fp32",
-                   use_xla=False, adam_bias_correction=False, layerwise_lr_decay=1.0):
+                   use_xla=False, adam_bias_correction=False, layerwise_lr_decay=1.0,
+                   ema_decay=0.0):
   """Builds the multi-tower training step.
 
   Each tower gets an equal slice of the batch; the tower losses and gradients are averaged and
@@ -624,6 +630,9 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
       fp16 steps) and resumes with the checkpoint.
     layerwise_lr_decay: d < 1 scales each encoder layer's learning rate by d per layer
       below the head (bert_mgpu/training/layerwise_lr.py); 1.0: one rate.
+    ema_decay: D > 0 keeps, per replica, an exponential moving average of each trained
+      variable, moved after each applied update (bert_mgpu/training/weight_averages.py);
+      0: none.
 
   Returns:
     TrainOps. With accumulation, `loss` is the current micro-batch's loss and `global_norm`
@@ -641,17 +650,12 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
                                           adam_bias_correction=adam_bias_correction)
 
   def apply(pairs, increment_global_step=True):
-    """The update of `pairs` and its global norm."""
-    scales = None
-    if layerwise_lr_decay != 1.0:
-      names = [v.op.name for _, v in pairs]
-      scales = layerwise_lr.learning_rate_scales(names, layerwise_lr_decay)
-      if not any(_REPLICA_NAME.match(name) for name in names):  # once: replica 0's
-        tf.logging.info(layerwise_lr.describe(scales))
+    """The update of `pairs` (and of their averages) and its global norm."""
     return optimization.apply_gradients(
         pairs, learning_rate, global_step, optimizer, clip_norm,
         skip_non_finite=loss_scale is not None, increment_global_step=increment_global_step,
-        learning_rate_scales=scales)
+        learning_rate_scales=layerwise_lr.scales_of(pairs, layerwise_lr_decay),
+        ema_decay=ema_decay)
 
   def finish(updates, global_norm):
     """global_step (and the fp16 loss scale) move once every replica has updated."""
@@ -850,7 +854,7 @@ def build_worker_vote(plan):
 # ---------------------------------------------------------------------------
 
 def build_inference(plan, model_fn, features, global_batch_size, precision="fp32",
-                    use_xla=False):
+                    use_xla=False, read_averages=False):
   """Runs `model_fn` (is_training=False) on every tower and gathers per-example outputs.
 
   A batch of n rows is padded up to the next multiple of the tower count so each tower gets
@@ -866,6 +870,8 @@ def build_inference(plan, model_fn, features, global_batch_size, precision="fp32
     features: dict name -> tensor [n, ...] with n <= global_batch_size.
     global_batch_size: per-tower batch size x towers.
     precision, use_xla: as for build_training.
+    read_averages: read each variable's weight average where the graph has one (the
+      training graph of a run with --ema_decay).
 
   Returns:
     dict name -> tensor [n, ...], the towers' outputs in input order.
@@ -886,7 +892,7 @@ def build_inference(plan, model_fn, features, global_batch_size, precision="fp32
   tower_outputs = []
   dtype = mixed_precision.compute_dtype(precision)
   for i in range(towers):
-    with _tower_scope(plan, i, dtype, use_xla):
+    with _tower_scope(plan, i, dtype, use_xla, read_averages):
       outputs = model_fn(tower_features[i], False)
       tower_outputs.append({k: v for k, v in outputs.items() if len(v.shape) > 0})
   with tf.device(plan.variable_device):

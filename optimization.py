@@ -29,6 +29,8 @@ import re
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.training import weight_averages
+
 OPTIMIZER_NAMES = ("adamw", "radam", "lamb")
 
 # Substrings (searched with re.search, as Google does) of variable names that get
@@ -538,7 +540,7 @@ def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta
 
 def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw", clip_norm=1.0,
                     weight_decay_rate=0.01, skip_non_finite=False, increment_global_step=True,
-                    learning_rate_scales=None):
+                    learning_rate_scales=None, ema_decay=0.0):
   """Clips the gradients, updates the variables and then increments global_step.
 
   Steps, in order: drop pairs whose gradient is None; make tf.IndexedSlices
@@ -564,6 +566,8 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
       variables: several copies are updated, and the step moves once after all).
     learning_rate_scales: optional dict variable name -> learning-rate factor (the
       optimizer's apply_gradients; layer-wise learning rates).
+    ema_decay: D > 0 moves each variable's weight average after the update (not after a
+      skipped one): bert_mgpu/training/weight_averages.py.
 
   Returns:
     Tuple (train_op, global_norm): train_op is the global-step increment, which
@@ -612,6 +616,9 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
       update = optimizer.apply_gradients(list(zip(grads, tvars)), global_step,
                                          apply_if=apply_if, grad_scale=grad_scale,
                                          learning_rate_scales=learning_rate_scales)
+    if ema_decay > 0:
+      with tf.control_dependencies([update]):  # the averages see the updated weights
+        update = weight_averages.build_update(tvars, ema_decay, apply_if)
 
     if not increment_global_step:
       return update, global_norm

@@ -115,8 +115,13 @@ def make_optimizer(model, learning_rate, weight_decay=0.01, google_adamw=False):
 def google_arrays(model, head_scope=""):
   """A copy of the model's weights as a dict of NumPy arrays under Google's names and
   layouts (weight_names)."""
+  return named_google_arrays(model.named_parameters(), head_scope)
+
+
+def named_google_arrays(named_tensors, head_scope=""):
+  """google_arrays of (HF name, tensor) pairs, e.g. averages kept beside a model."""
   arrays = {}
-  for hf_name, param in model.named_parameters():
+  for hf_name, param in named_tensors:
     name, transpose = weight_names.google_name(hf_name, head_scope)
     value = param.detach().cpu().numpy()
     arrays[name] = np.array(value.T if transpose else value)  # not a view of the parameter

@@ -1,6 +1,6 @@
 # coding=utf-8
-"""Our `--layerwise_lr_decay` training steps against transformers' BERT and torch.optim.AdamW,
-from the same start.
+"""Our `--layerwise_lr_decay` training steps and `--ema_decay` weight averages against
+transformers' BERT, torch.optim.AdamW and an average kept in PyTorch, from the same start.
 
 Two steps, one per virtualenv:
 
@@ -11,7 +11,9 @@ Two steps, one per virtualenv:
 once by NumPy under Google's names, and trains it for STEPS steps on fixed batches through
 multigpu.build_training: `--adam_bias_correction` AdamW, Google's warmup-then-decay rate,
 global-norm clip 1.0, weight decay 0.01 except LayerNorm and biases, layer-wise decay
-DECAY; on 1 tower, on 2 towers, and on 1 tower without the decay (1.0), for contrast.
+DECAY; on 1 tower, on 2 towers, and on 1 tower without the decay (1.0), for contrast; every
+run keeps weight averages with decay EMA_DECAY (weight_averages.py), started from the initial
+weights.
 `torch` loads the same weights into transformers' BertForSequenceClassification (eager
 attention, eval mode, dropout 0), trains it on the same batches with the mean cross-entropy,
 torch.nn.utils.clip_grad_norm_(1.0) and torch.optim.AdamW (eps 1e-6), one parameter group per
@@ -20,7 +22,9 @@ factor computed here from the HF names (embeddings d^(L+1), encoder.layer.i d^(L
 and classifier 1), and prints, per step and run, the largest |ours - torch| relative to the
 largest weight change so far: overall, and per group (the embeddings, each layer, the
 head with the pooler, and the attention key biases apart: see group_of), each relative to
-that group's own change.
+that group's own change. After each step torch's side moves its own average of every
+parameter (shadow.mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY)), and the largest
+|ours - torch| of the averages is printed relative to the largest move of torch's averages.
 
 Google's rate is 0 at step 0 under any warmup (`step / warmup`), so the first of the STEPS
 updates moves only Adam's moments (in both); the next three move the weights.
@@ -42,6 +46,7 @@ CONFIG = {"vocab_size": 60, "hidden_size": 32, "num_hidden_layers": 3,
 NUM_LABELS, SEQ, BATCH = 3, 16, 8
 STEPS, PEAK_LR, WARMUP, NUM_TRAIN_STEPS, WEIGHT_DECAY = 4, 1e-3, 2, 10, 0.01
 DECAY = 0.8
+EMA_DECAY = 0.7  # far from 1: four steps move the averages well away from the start
 # (label, towers, layer-wise decay): torch always trains with DECAY.
 RUNS = (("1 tower", 1, DECAY), ("2 towers", 2, DECAY), ("1 tower, no decay", 1, 1.0))
 
@@ -86,6 +91,7 @@ def run_ours(out):
   # pylint: disable=import-outside-toplevel
   import tensorflow.compat.v1 as tf
   from bert_mgpu.classifier import model as classifier_model
+  from bert_mgpu.training import weight_averages
   import modeling
   import multigpu
   tf.disable_eager_execution()
@@ -100,8 +106,10 @@ def run_ours(out):
       ops = multigpu.build_training(
           plan, classifier_model.create_model_fn(config, NUM_LABELS), placeholders, PEAK_LR,
           NUM_TRAIN_STEPS, WARMUP, "adamw", clip_norm=1.0, adam_bias_correction=True,
-          layerwise_lr_decay=decay)
+          layerwise_lr_decay=decay, ema_decay=EMA_DECAY)
+      start_averages = weight_averages.build_start()
       variables = tf.trainable_variables()
+      averages = weight_averages.used_variables(variables)
       if initial is None:
         initial = draw_weights({v.op.name: v.shape.as_list() for v in variables})
       session_config = plan.session_config()
@@ -109,6 +117,7 @@ def run_ours(out):
       with tf.Session(config=session_config) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run([var.assign(initial[var.op.name]) for var in variables])
+        sess.run(start_averages)
         for step, batch in enumerate(data):
           arrays["%s/%d/lr" % (run, step)] = sess.run(ops.learning_rate)
           _, arrays["%s/%d/global_norm" % (run, step)] = sess.run(
@@ -116,6 +125,8 @@ def run_ours(out):
               {placeholders[k]: v for k, v in batch.items()})
           for var, value in zip(variables, sess.run(variables)):
             arrays[run_key(run, step, var.op.name)] = value
+          for var, value in zip(variables, sess.run(averages)):
+            arrays[run_key(run, step, "average/" + var.op.name)] = value
   arrays.update({"initial/" + name: value for name, value in initial.items()})
   arrays["tensorflow_version"] = np.array(tf.__version__)
   np.savez(out, **arrays)
@@ -182,6 +193,8 @@ def run_torch(ours_path):
       sorted(set("%.4g" % (g["initial_lr"] / PEAK_LR)
                  for g in optimizer.param_groups)))))
   theirs = []  # per step: (torch's weights under Google's names and layouts, rate, norm)
+  shadows = {name: param.detach().clone() for name, param in model.named_parameters()}
+  averages = []  # per step: torch's averages under Google's names and layouts
   for batch in batches():
     rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
     optimizer.zero_grad(set_to_none=True)
@@ -194,7 +207,29 @@ def run_torch(ours_path):
     optimizer.step()
     scheduler.step()
     theirs.append((hf_common.google_arrays(model), rate, norm))
+    with torch.no_grad():
+      for name, param in model.named_parameters():
+        shadows[name].mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY)
+    averages.append(hf_common.named_google_arrays(shadows.items()))
   compare(ours, initial, theirs)
+  compare_averages(ours, initial, averages)
+
+
+def compare_averages(ours, initial, averages):
+  """Prints, per run and step, the largest |ours - torch| of the weight averages relative
+  to the largest move of torch's averages from the start."""
+  print("\nweight averages (--ema_decay=%s): max |ours - torch| / max |torch's average's "
+        "move|, per step" % EMA_DECAY)
+  for run, _, decay in RUNS:
+    cells = []
+    for step, theirs in enumerate(averages):
+      difference = max(float(np.max(np.abs(ours[run_key(run, step, "average/" + name)] -
+                                            theirs[name]))) for name in initial
+                       if group_of(name) != "key_biases")
+      moved = max(float(np.max(np.abs(theirs[name] - initial[name]))) for name in initial)
+      cells.append("%.2e (abs %.1e)" % (difference / moved, difference) if moved else
+                   "abs %.0e" % difference)
+    print("%-20s (layer-wise %s): %s" % (run, decay, "  ".join(cells)))
 
 
 def compare(ours, initial, theirs):

@@ -33,6 +33,7 @@ from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import layerwise_lr
 from bert_mgpu.training import run_settings
+from bert_mgpu.training import weight_averages
 import modeling
 import multigpu
 import optimization
@@ -224,6 +225,9 @@ def check_run_flags(positive_flag_names=(), flag_values=None):
   decay = flag_value(flag_values, "layerwise_lr_decay")
   if decay is not None:
     layerwise_lr.check_decay(decay)
+  ema_decay = flag_value(flag_values, "ema_decay")
+  if ema_decay is not None:
+    weight_averages.check_decay(ema_decay)
   warmup = flag_value(flag_values, "warmup_proportion")
   if warmup is not None and not 0 <= warmup <= 1:
     raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "
@@ -272,6 +276,10 @@ def define_fine_tuning_flags():
                         "(0, 1]: the head and pooler train at the learning rate, encoder layer "
                         "i of L at d^(L-i) times it, the embeddings at d^(L+1) times it "
                         "(1.0: one rate for all).")
+  tf.flags.DEFINE_float("ema_decay", 0.0, "Keep an exponential moving average of the "
+                        "weights with decay D in [0, 1) (e.g. 0.999), updated after each "
+                        "step; dev evaluation, best/, predictions, exports and conversions "
+                        "use it, checkpoints keep both (0: none).")
 
 
 def define_export_flags(what):

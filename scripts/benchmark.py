@@ -4,7 +4,8 @@
   python scripts/benchmark.py [--task=classifier|pretraining|squad] [--n_gpus=1]
       [--train_batch_size=16] [--max_seq_length=128] [--precision=fp32|bf16|fp16]
       [--use_xla] [--length_distribution=fixed|short] [--pad_to_max_seq_length]
-      [--sweep_gpus=1,2,4,8]
+      [--sweep_gpus=1,2,4,8] [--ema_decay=D] [--layerwise_lr_decay=d]
+  python scripts/benchmark.py --compare_techniques [--rounds=5] [--steps=4] ...
 
 The step is built with multigpu.build_training from the run scripts' own heads, on batches
 made in memory (no disk). It prints one JSON line per measurement (examples_per_sec is
@@ -18,6 +19,7 @@ measures what splitting costs, not a speed-up. docs/PERFORMANCE.md records the f
 """
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -33,6 +35,7 @@ from bert_mgpu.data import tfrecord_io  # pylint: disable=wrong-import-position
 from bert_mgpu.pretraining import model as pretraining_model  # pylint: disable=wrong-import-position
 from bert_mgpu.squad import model as squad_model  # pylint: disable=wrong-import-position
 from bert_mgpu.training import run_settings  # pylint: disable=wrong-import-position
+from bert_mgpu.training import weight_averages  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 import multigpu  # pylint: disable=wrong-import-position
 
@@ -170,14 +173,20 @@ def model_fn_for(task, config):
   return pretraining_model.create_model_fn(config)
 
 
-def measure(args, config, n_gpus):
-  """Builds the training step for n_gpus and times it. Returns the result dict."""
-  plan = multigpu.plan_devices(n_gpus, args.towers_per_gpu, args.variables_on_gpu,
-                               variable_update=args.variable_update)
+def build_step(args, config, plan, **training_options):
+  """The training step of `plan` on synthetic batches, in a graph and session of its own.
+
+  Args:
+    training_options: more arguments of multigpu.build_training (ema_decay, ...).
+
+  Returns:
+    (session, function() -> the step's loss): close the session when done.
+  """
   micro_batch = args.train_batch_size * plan.num_towers
   examples = synthetic_examples(args.task, config, micro_batch * NUM_SYNTHETIC_BATCHES,
                                 args.max_seq_length, args.length_distribution)
-  with tf.Graph().as_default():
+  graph = tf.Graph()
+  with graph.as_default():
     tf.set_random_seed(1)
     dataset = tf.data.Dataset.from_tensor_slices(examples).repeat().batch(micro_batch)
     if not args.pad_to_max_seq_length:
@@ -188,31 +197,45 @@ def measure(args, config, n_gpus):
     ops = multigpu.build_training(
         plan, model_fn_for(args.task, config), features, init_lr=1e-4, num_train_steps=10 ** 6,
         num_warmup_steps=10, accumulation_steps=args.accumulation_steps,
-        precision=args.precision, use_xla=args.use_xla)
+        precision=args.precision, use_xla=args.use_xla, **training_options)
+    start_averages = weight_averages.build_start()
     start_sync = multigpu.build_start_sync(plan)
     # Fetch real tensors: Grappler prunes work that nothing fetched depends on.
     fetches = [ops.train_op, ops.loss, ops.global_norm]
-    session_config = plan.session_config()
-    with tf.Session(config=session_config) as sess:
-      sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
-      if start_sync is not None:
-        sess.run(start_sync)
+  sess = tf.Session(graph=graph, config=plan.session_config())
+  with graph.as_default():
+    sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+    for op in (start_averages, start_sync):
+      if op is not None:
+        sess.run(op)
 
-      def step():
-        for _ in range(args.accumulation_steps - 1):
-          sess.run([ops.accumulate_op, ops.loss])
-        if ops.accumulate_op is not None:
-          sess.run([ops.accumulate_op, ops.loss])
-        return sess.run(fetches)[1]
+  def step():
+    for _ in range(args.accumulation_steps - 1):
+      sess.run([ops.accumulate_op, ops.loss])
+    if ops.accumulate_op is not None:
+      sess.run([ops.accumulate_op, ops.loss])
+    return sess.run(fetches)[1]
 
-      for _ in range(args.warmup_steps):
-        step()
-      times = []
-      for _ in range(args.steps):
-        start = time.perf_counter()
-        loss = step()
-        times.append(time.perf_counter() - start)
-      profile = profile_step(sess, fetches) if args.profile else None
+  step.fetches = fetches
+  return sess, step
+
+
+def measure(args, config, n_gpus):
+  """Builds the training step for n_gpus and times it. Returns the result dict."""
+  plan = multigpu.plan_devices(n_gpus, args.towers_per_gpu, args.variables_on_gpu,
+                               variable_update=args.variable_update)
+  micro_batch = args.train_batch_size * plan.num_towers
+  sess, step = build_step(args, config, plan, ema_decay=args.ema_decay,
+                          layerwise_lr_decay=args.layerwise_lr_decay)
+  with sess:
+    for _ in range(args.warmup_steps):
+      step()
+    times = []
+    for _ in range(args.steps):
+      start = time.perf_counter()
+      loss = step()
+      times.append(time.perf_counter() - start)
+    profile = profile_step(sess, step.fetches) if args.profile else None
   median = float(np.median(times))
   global_batch = micro_batch * args.accumulation_steps
   return {
@@ -229,8 +252,51 @@ def measure(args, config, n_gpus):
       "precision": args.precision, "use_xla": args.use_xla,
       "hidden_size": config.hidden_size, "num_hidden_layers": config.num_hidden_layers,
       "steps": args.steps, "final_loss": round(float(loss), 4),
+      "ema_decay": args.ema_decay, "layerwise_lr_decay": args.layerwise_lr_decay,
       **({"profile": profile} if profile else {})
   }
+
+
+TECHNIQUES = (("plain", {}), ("ema", {"ema_decay": 0.999}),
+              ("layerwise", {"layerwise_lr_decay": 0.8}),
+              ("both", {"ema_decay": 0.999, "layerwise_lr_decay": 0.8}))
+
+
+def compare_techniques(args, config):
+  """Times each of TECHNIQUES' steps in rounds that alternate between them (so a drift of
+  the machine's speed reaches all alike); prints each one's median step and its ratio to
+  plain's."""
+  plan = multigpu.plan_devices(args.n_gpus, args.towers_per_gpu, args.variables_on_gpu,
+                               variable_update=args.variable_update)
+  steps = collections.OrderedDict()
+  for name, options in TECHNIQUES:
+    steps[name] = build_step(args, config, plan, **options)
+  times = {name: [] for name in steps}
+  try:
+    for _, step in steps.values():
+      for _ in range(args.warmup_steps):
+        step()
+    for _ in range(args.rounds):
+      for name, (_, step) in steps.items():
+        for _ in range(args.steps):
+          start = time.perf_counter()
+          step()
+          times[name].append(time.perf_counter() - start)
+  finally:
+    for sess, _ in steps.values():
+      sess.close()
+  plain = float(np.median(times["plain"]))
+  print("%s, %d tower(s) x %d x seq %d, hidden %d x %d layers, %s; %d rounds x %d steps, "
+        "alternating:" % (args.task, plan.num_towers, args.train_batch_size,
+                          args.max_seq_length, config.hidden_size, config.num_hidden_layers,
+                          args.precision, args.rounds, args.steps))
+  for name, options in TECHNIQUES:
+    median = float(np.median(times[name]))
+    print(json.dumps({"technique": name, "options": options, "step_time_ms":
+                      round(1000 * median, 1), "ratio_to_plain": round(median / plain, 4),
+                      "round_medians_ms": [round(1000 * float(np.median(
+                          times[name][r * args.steps:(r + 1) * args.steps])), 1)
+                                           for r in range(args.rounds)]}))
 
 
 def parse_args(argv=None):
@@ -256,6 +322,14 @@ def parse_args(argv=None):
   parser.add_argument("--pad_to_max_seq_length", action="store_true",
                       help="pad every batch to --max_seq_length, not to its longest example")
   parser.add_argument("--sweep_gpus", help="comma-separated GPU counts, e.g. 1,2,4,8")
+  parser.add_argument("--ema_decay", type=float, default=0.0,
+                      help="keep weight averages (the run scripts' --ema_decay)")
+  parser.add_argument("--layerwise_lr_decay", type=float, default=1.0)
+  parser.add_argument("--compare_techniques", action="store_true",
+                      help="time plain, --ema_decay=0.999, --layerwise_lr_decay=0.8 and both "
+                      "on --n_gpus, alternating (A B C D A B C D ...) --rounds times, "
+                      "--steps steps each")
+  parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--profile", action="store_true",
                       help="trace 3 more steps and add the share of op time per category")
   return parser.parse_args(argv)
@@ -266,6 +340,9 @@ def main(argv=None):
   tf.logging.set_verbosity(tf.logging.ERROR)
   config = (modeling.BertConfig.from_json_file(args.bert_config_file) if args.bert_config_file
             else default_config())
+  if args.compare_techniques:
+    compare_techniques(args, config)
+    return
   counts = [int(n) for n in args.sweep_gpus.split(",")] if args.sweep_gpus else [args.n_gpus]
   results = []
   for n_gpus in counts:

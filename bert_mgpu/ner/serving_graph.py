@@ -24,6 +24,7 @@ from bert_mgpu.serving import kinds
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import predictor
 from bert_mgpu.serving import serving_graph
+from bert_mgpu.training import weight_averages
 
 
 def create_model_fn(model, pad_outputs=True):
@@ -62,7 +63,7 @@ class NerGraph(kinds.KindGraph):
     if not (files.settings["use_crf"] and onnx_export.writes_onnx(export_format.name)):
       return {}
     return {crf_numpy.CRF_TRANSITIONS_FILE: crf_numpy.transitions_json(
-        tf.train.load_checkpoint(checkpoint).get_tensor(ner_model.CRF_TRANSITIONS),
+        weight_averages.read_weight(checkpoint, ner_model.CRF_TRANSITIONS),
         files.labels)}
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):

@@ -16,6 +16,8 @@ from bert_mgpu.serving import export_versions
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import serving_graph
+from bert_mgpu.training import weight_averages
+
 
 def format_description(export_format):
   """What an export of onnx_export.ExportFormat writes, for the log."""
@@ -36,7 +38,7 @@ def format_description(export_format):
 def _write_saved_model(path, graph, checkpoint, inputs, outputs):
   """Restores `checkpoint` into `graph` and saves it as a SavedModel at `path`."""
   with tf.Session(graph=graph) as sess:
-    tf.train.Saver(tf.global_variables()).restore(sess, checkpoint)
+    weight_averages.restore_saver(checkpoint, tf.global_variables()).restore(sess, checkpoint)
     builder = tf.saved_model.builder.SavedModelBuilder(path)
     signature = tf.saved_model.signature_def_utils.predict_signature_def(
         inputs=inputs, outputs=outputs)
@@ -175,7 +177,7 @@ def export_saved_model(export_base, files, checkpoint, build_outputs,
       os.mkdir(temp_dir)
     if onnx_export.writes_onnx(export_format.name):
       with tf.Session(graph=graph) as sess:
-        tf.train.Saver(tf.global_variables()).restore(sess, checkpoint)
+        weight_averages.restore_saver(checkpoint, tf.global_variables()).restore(sess, checkpoint)
         onnx_export.write_onnx(sess, inputs, {name: outputs[name] for name in
                                               onnx_outputs}, temp_dir,
                                export_format.onnx_int8)

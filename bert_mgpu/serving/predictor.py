@@ -17,6 +17,7 @@ from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
 from bert_mgpu.serving import serving_graph
 from bert_mgpu.training import checkpoints
+from bert_mgpu.training import weight_averages
 import multigpu
 
 LoadedModel = collections.namedtuple(
@@ -143,7 +144,7 @@ class Predictor(object):
           precision=devices.precision, use_xla=devices.use_xla)[output_name]
       serving_graph.check_checkpoint_variables(model.checkpoint, model.files.labels_file,
                                                model.files.kind)
-      saver = tf.train.Saver(tf.global_variables())
+      saver = weight_averages.restore_saver(model.checkpoint, tf.global_variables())
       graph.finalize()
       self._session = tf.Session(graph=graph, config=plan.session_config())
       saver.restore(self._session, model.checkpoint)

@@ -17,6 +17,7 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError, error_reason, write_error
 from bert_mgpu.training import run_settings
+from bert_mgpu.training import weight_averages
 import modeling
 import multigpu
 
@@ -61,7 +62,8 @@ def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None,
 
 
 def init_from_checkpoint(init_checkpoint):
-  """Initialises the graph's trainable variables that `init_checkpoint` holds.
+  """Initialises the graph's trainable variables that `init_checkpoint` holds (from their
+  weight averages when it has them: weight_averages.py).
 
   Returns:
     The names of the trainable variables it did not hold (a new task head, say).
@@ -75,7 +77,10 @@ def init_from_checkpoint(init_checkpoint):
         tvars, init_checkpoint)
   except ValueError as e:
     raise UsageError("--init_checkpoint=%s: %s" % (init_checkpoint, e))
-  tf.train.init_from_checkpoint(init_checkpoint, assignment_map)
+  saved = tf.train.load_checkpoint(init_checkpoint).get_variable_to_shape_map()
+  sources = weight_averages.checkpoint_weight_names(saved, list(assignment_map.values()))
+  tf.train.init_from_checkpoint(init_checkpoint, {sources[name]: name
+                                                  for name in assignment_map.values()})
   return [v.op.name for v in tvars if v.op.name not in initialized]
 
 

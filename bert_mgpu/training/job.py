@@ -12,7 +12,9 @@ each hook relying on what the earlier ones kept on the task:
   3. featurizing_processes (entered) and then make_run_config, the device check: processes
      must fork before TensorFlow starts its GPU runtime;
   4. check_start: the checkpoint to start from or predict with, and its head (by the
-     variable names of the unit's model.py); then output_dir is claimed;
+     variable names of the unit's model.py), after the job's own check that a checkpoint
+     to resume has weight averages if and only if --ema_decay asks for them; then
+     output_dir is claimed;
   5. write_model_files (the chief, when training), featurize (or reuse the feature cache);
   6. make_model_fn, make_inference; when training: log_before_training, make_train_dataset,
      eval_spec, and runner.train (a worker that is not the chief stops there);
@@ -45,6 +47,7 @@ from bert_mgpu.serving import predictor
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
+from bert_mgpu.training import weight_averages
 
 
 class Task(object):
@@ -161,6 +164,13 @@ def record_file_inference(config, model_fn, record_files, spec, do_eval, do_pred
   return runner.dev_and_test_inference(config, model_fn, make_dataset, do_eval, do_predict)
 
 
+def _check_resume(job_settings):
+  """Refuses to resume a checkpoint whose weight averages --ema_decay does not match."""
+  latest = checkpoints.latest_checkpoint(job_settings.output_dir)
+  if latest:
+    weight_averages.check_resume(latest, job_settings.ema_decay)
+
+
 def run_job(task, export_dir=None):
   """Runs a task's job (see the module docstring for the steps).
 
@@ -173,6 +183,8 @@ def run_job(task, export_dir=None):
   num_train_examples, example_noun = task.train_size()
   with task.featurizing_processes(run_settings.planned_cache_dir(job_settings)):
     config = run_settings.make_run_config(job_settings, num_train_examples, example_noun)
+    if job_settings.do_train and config.is_chief:
+      _check_resume(job_settings)
     task.check_start(config)
     output_files.claim_output_dir(config)
     if job_settings.do_train and config.is_chief:

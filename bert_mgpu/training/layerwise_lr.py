@@ -14,6 +14,7 @@ The factor multiplies each variable's whole step (optimization.py's learning_rat
 warmup and decay are the schedule's, unchanged.
 """
 
+import logging
 import re
 
 from bert_mgpu.errors import UsageError
@@ -62,6 +63,18 @@ def learning_rate_scales(variable_names, decay):
       scales[name] = decay ** (num_layers + 1)
     else:
       scales[name] = 1.0
+  return scales
+
+
+def scales_of(pairs, decay):
+  """learning_rate_scales of the variables of (gradient, variable) pairs, or None for
+  decay 1.0; logs describe() for replica 0's (names without "replica_<r>/")."""
+  if decay == 1.0:
+    return None
+  names = [variable.op.name for _, variable in pairs]
+  scales = learning_rate_scales(names, decay)
+  if not any(name.startswith("replica_") for name in names):
+    logging.getLogger("tensorflow").info(describe(scales))
   return scales
 
 

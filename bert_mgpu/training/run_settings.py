@@ -156,6 +156,8 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("optimizer", "adamw"), ("adam_bias_correction", False),
     # The classifier's and NER's --layerwise_lr_decay (1.0: one rate for every layer).
     ("layerwise_lr_decay", 1.0),
+    # Their --ema_decay (0: no weight averages).
+    ("ema_decay", 0.0),
     # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
     ("initializer", "truncated_normal"),
     ("save_checkpoints_steps", 1000), ("keep_checkpoint_max", 5), ("log_steps", 100),
@@ -264,6 +266,8 @@ class RunConfig(object):
         self.devices.precision, ", XLA" if self.devices.use_xla else "")
     if self.layerwise_lr_decay != 1.0:
       steps += ", layer-wise learning-rate decay %g" % self.layerwise_lr_decay
+    if self.ema_decay > 0:
+      steps += ", weight averages with decay %g (evaluated and kept)" % self.ema_decay
     if self.initializer != "truncated_normal":
       steps += ", new weights drawn from the %s initializer" % self.initializer
     if self.train_data_description:

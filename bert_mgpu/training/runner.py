@@ -23,6 +23,7 @@ from bert_mgpu import progress
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import phases
 from bert_mgpu.training import preemption
+from bert_mgpu.training import weight_averages
 import modeling
 import multigpu
 
@@ -149,7 +150,7 @@ class _StartState(object):
 
 _TrainingGraph = collections.namedtuple("_TrainingGraph", [
     "graph", "config", "ops", "fetches", "peers", "train_iterator", "skip_batches",
-    "eval_iterator", "eval_outputs", "saver", "global_init", "local_init",
+    "eval_iterator", "eval_outputs", "saver", "global_init", "start_averages", "local_init",
     "inference_towers", "weights_saver"])
 
 
@@ -183,19 +184,20 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
         optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps,
         precision=config.devices.precision, use_xla=config.devices.use_xla,
         adam_bias_correction=config.adam_bias_correction,
-        layerwise_lr_decay=config.layerwise_lr_decay)
+        layerwise_lr_decay=config.layerwise_lr_decay, ema_decay=config.ema_decay)
     peers.build_start()
     eval_iterator = eval_outputs = None
     if start.eval_spec is not None:
       eval_iterator = _input_iterator(start.eval_spec.make_dataset())
       eval_outputs = multigpu.build_inference(
           plan, model_fn, eval_iterator.get_next(), config.global_eval_batch_size,
-          config.devices.precision, config.devices.use_xla)
+          config.devices.precision, config.devices.use_xla, read_averages=True)
     inference_towers = weights_saver = None
     if inference is not None and config.cluster is None:
       inference_towers = _build_inference_towers(config, model_fn, inference, start.eval_spec,
                                                  (eval_iterator, eval_outputs))
-      weights_saver = tf.train.Saver(_model_weights(), save_relative_paths=True)
+      weights_saver = tf.train.Saver(weight_averages.used_variables(_model_weights()),
+                                     save_relative_paths=True)
     if config.is_chief and not start.latest:
       checkpoints.set_up_init_checkpoint(config)
     # Replica 0's variables: Google's plain names, whatever --variable_update.
@@ -205,7 +207,7 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
                "global_norm": ops.global_norm, "stop": ops.stop_agreed}
     training_graph = _TrainingGraph(
         graph, config, ops, fetches, peers, train_iterator, skip_batches, eval_iterator,
-        eval_outputs, saver, tf.global_variables_initializer(),
+        eval_outputs, saver, tf.global_variables_initializer(), weight_averages.build_start(),
         tf.local_variables_initializer(), inference_towers, weights_saver)
     graph.finalize()
   return training_graph
@@ -228,13 +230,13 @@ def _build_inference_towers(config, model_fn, inference, eval_spec, eval_towers)
     iterator = _input_iterator(make_dataset())
     towers[name] = (iterator, multigpu.build_inference(
         config.plan, model_fn, iterator.get_next(), batch_size, config.devices.precision,
-        config.devices.use_xla))
+        config.devices.use_xla, read_averages=True))
   return towers
 
 
 def _model_weights():
-  """The variables a prediction reads: the trainable ones under their plain names (with
-  replicated variables, replica 0's; the start sync copies them to the others)."""
+  """The trainable variables under their plain names (replicated: replica 0's, which the
+  start sync copies); predicting towers read them or their averages (used_variables)."""
   trainable = set(v.op.name for v in tf.trainable_variables())
   return [v for v in multigpu.saveable_variables() if v.op.name in trainable]
 
@@ -270,6 +272,8 @@ def _open_training(sess, graph, start):
     checkpoints.restore(graph.saver, sess, start.latest, config.output_dir)
   else:
     sess.run(graph.global_init)
+    if graph.start_averages is not None:
+      sess.run(graph.start_averages)  # the averages start from the initial weights
   sess.run(graph.local_init)
   peers.sync_start(sess)
   if peers.vote(sess, start.finished):
@@ -556,7 +560,7 @@ def infer(config, model_fn, make_dataset, batch_size, checkpoint_path):
       raise checkpoints.lacking_variables_error(
           checkpoint_path, missing, "this model's", "it is not a model trained for this "
           "task. Evaluate or predict with a checkpoint from --do_train.")
-    saver = tf.train.Saver(tf.global_variables())
+    saver = weight_averages.restore_saver(checkpoint_path, tf.global_variables())
     graph.finalize()
   with graph.as_default(), tf.Session(config=plan.session_config()) as sess:
     with phases.timed("restore"):

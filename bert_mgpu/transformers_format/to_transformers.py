@@ -26,6 +26,7 @@ from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
+from bert_mgpu.training import weight_averages
 from bert_mgpu.transformers_format import heads
 from bert_mgpu.transformers_format import model_config
 from bert_mgpu.transformers_format import weight_files
@@ -40,9 +41,10 @@ Source = collections.namedtuple("Source", ["checkpoint", "why", "directory"])
 
 
 def is_training_state(name):
-  """Whether checkpoint variable `name` is optimizer or loop state (never converted)."""
+  """Whether checkpoint variable `name` is optimizer or loop state (never converted), or a
+  weight average (converted in place of its weight: weight_averages.read_weights)."""
   return (name == "global_step" or name.endswith(_TRAINING_STATE_SUFFIXES) or
-          name.startswith(_TRAINING_STATE_PREFIXES))
+          name.startswith(_TRAINING_STATE_PREFIXES) or weight_averages.is_average(name))
 
 
 def find_checkpoint(input_path):
@@ -170,8 +172,8 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
   weight_files.check_safetensors_installed()
   source = find_checkpoint(input_path)
   reader = tf.train.load_checkpoint(source.checkpoint)
-  arrays = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-            if not is_training_state(name)}
+  arrays = weight_averages.read_weights(reader, [
+      name for name in reader.get_variable_to_shape_map() if not is_training_state(name)])
   config_path = _model_file(source.directory, model_files.CONFIG_FILE, bert_config_file,
                             "bert_config_file")
   bert_config = model_config.read_json(config_path)

@@ -1,23 +1,33 @@
 # coding=utf-8
-"""The classifier's and NER's fine-tuning techniques end to end: --layerwise_lr_decay.
+"""The classifier's and NER's fine-tuning techniques end to end: --layerwise_lr_decay and
+--ema_decay.
 
-Two runs of run_classifier_mgpu.py on two towers from the same seed (same initial weights,
+--layerwise_lr_decay: two runs of run_classifier_mgpu.py on two towers from the same seed (same initial weights,
 batches and dropout), one with --layerwise_lr_decay=0.5 and one without, on a 2-layer BERT,
 each of 2 steps with all of them warmup: the first step's learning rate is 0, so both
 checkpoints of step 1 hold the initial weights and the moments of the same first gradient,
 and the second step's move of each variable must be the undecayed run's times its factor
 (head and pooler 1, layer 1 d, layer 0 d^2, embeddings d^3), to float precision.
+
+--ema_decay: one run that trains, evaluates, predicts and exports; its predictions, the
+export's, and those of its conversion to transformers' format and back all come from the
+averages, and differ from what the raw weights predict.
 """
 
-import json
+import glob
 import os
+import shutil
 
 import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import weight_averages
+from bert_mgpu.transformers_format import to_tensorflow
+from bert_mgpu.transformers_format import to_transformers
 import cli
-from classifier_runs import base_flags, run_classifier, write_json
+from classifier_runs import base_flags, read_lines, run_classifier, write_json, write_text
 
 DECAY = 0.5
 NUM_LAYERS = 2
@@ -41,13 +51,15 @@ def checkpoint_values(path):
 
 @pytest.fixture(scope="module")
 def runs(demo_data, tmp_path_factory):
-  """{decay: (checkpoint values at step 1, at step 2, stderr)} for DECAY and 1.0."""
+  """{decay: (checkpoint values at step 1, at step 2, stderr)} for DECAY and 1.0, and
+  "dirs": {decay: output_dir}."""
   root = str(tmp_path_factory.mktemp("layerwise"))
   config_file = os.path.join(root, "bert_config.json")
   write_json(config_file, dict(demo_data.config, num_hidden_layers=NUM_LAYERS))
-  results = {}
+  results = {"dirs": {}}
   for decay in (DECAY, 1.0):
     output_dir = os.path.join(root, "decay_%g" % decay)
+    results["dirs"][decay] = output_dir
     # 50 examples x 0.32 epochs / (2 towers x 4) = 2 steps, both warmup.
     flags = base_flags(demo_data, output_dir, bert_config_file=config_file, do_eval=False,
                        do_predict=False, num_train_epochs=0.32, warmup_proportion=1.0,
@@ -92,19 +104,138 @@ def test_the_log_names_the_smallest_and_largest_factor(runs):
   assert "Layer-wise learning rates" not in runs[1.0][2]
 
 
+# ---------------------------------------------------------------------------
+# --ema_decay
+# ---------------------------------------------------------------------------
+
+EMA_DECAY = 0.5  # far from 1: 12 steps leave the averages far from the weights
+
+
+@pytest.fixture(scope="module")
+def ema_run(demo_data, tmp_path_factory):
+  """A 2-tower run with --ema_decay that trains (12 steps), evaluates, predicts and exports:
+  (output_dir, the export's base directory, the test texts, test_results.tsv's rows)."""
+  root = str(tmp_path_factory.mktemp("ema"))
+  output_dir, export_base = os.path.join(root, "model"), os.path.join(root, "exports")
+  result = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
+                                     export_dir=export_base, random_seed=7))
+  cli.assert_succeeded(result)
+  assert "weight averages with decay 0.5" in result.stderr
+  texts = [text for _, text in demo_data.test]
+  probabilities = np.array([[float(p) for p in line.split("\t")] for line in
+                            read_lines(os.path.join(output_dir, "test_results.tsv"))])
+  assert probabilities.shape == (len(texts), len(demo_data.labels))
+  return output_dir, export_base, texts, probabilities
+
+
+def predicted(texts, tmp_path, name, **where):
+  """predict_text.py's probabilities of `texts` from `where` (output_dir or export_dir)."""
+  input_file, output_file = str(tmp_path / "texts.txt"), str(tmp_path / name)
+  write_text(input_file, "".join(text + "\n" for text in texts))
+  result = cli.run_script("predict_text.py", cli.flag_list(dict(
+      where, input_file=input_file, output_file=output_file)))
+  cli.assert_succeeded(result)
+  rows = [line.split("\t") for line in read_lines(output_file)]
+  assert len(rows) == len(texts)
+  return np.array([[float(p) for p in row[2:]] for row in rows])
+
+
+def raw_copy(output_dir, directory):
+  """output_dir's model files and its best checkpoint without the averages: the raw
+  weights, as a model of their own."""
+  os.mkdir(directory)
+  for name in ("vocab.txt", "bert_config.json", "labels.txt", "model_settings.json"):
+    shutil.copy(os.path.join(output_dir, name), directory)
+  best = tf.train.latest_checkpoint(os.path.join(output_dir, "best"))
+  reader = tf.train.load_checkpoint(best)
+  path = checkpoints.write_arrays(
+      {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+       if not weight_averages.is_average(name)},
+      os.path.join(directory, os.path.basename(best)))
+  tf.train.update_checkpoint_state(directory, path)
+
+
+def test_checkpoints_and_best_keep_the_weights_and_their_averages(ema_run):
+  output_dir = ema_run[0]
+  best = tf.train.load_checkpoint(tf.train.latest_checkpoint(os.path.join(output_dir, "best")))
+  saved = best.get_variable_to_shape_map()
+  trained = [name for name in saved if name.startswith(("bert/encoder", "output_"))
+             and not name.endswith(("adam_m", "adam_v", weight_averages.SUFFIX))]
+  assert "output_weights" in trained
+  for name in trained:
+    assert weight_averages.average_name(name) in saved, name
+  gap = np.abs(best.get_tensor("output_weights") -
+               best.get_tensor("output_weights/ExponentialMovingAverage")).max()
+  assert gap > 1e-3
+
+
+def test_predictions_export_and_conversion_all_use_the_averages(ema_run, tmp_path):
+  output_dir, export_base, texts, probabilities = ema_run
+  from_output_dir = predicted(texts, tmp_path, "output_dir.tsv", output_dir=output_dir)
+  np.testing.assert_allclose(from_output_dir, probabilities, rtol=0, atol=1e-5)
+  from_export = predicted(texts, tmp_path, "export.tsv", export_dir=export_base)
+  np.testing.assert_allclose(from_export, probabilities, rtol=0, atol=1e-5)
+  hf, back = str(tmp_path / "hf"), str(tmp_path / "back")
+  summary = to_transformers.convert(output_dir, hf)
+  assert not [name for name in summary["unused"] if weight_averages.is_average(name)]
+  to_tensorflow.convert(hf, back, keep_head=True)
+  converted = predicted(texts, tmp_path, "converted.tsv", output_dir=back)
+  np.testing.assert_allclose(converted, probabilities, rtol=0, atol=1e-5)
+  # The raw weights predict otherwise: the averages are what all of the above used.
+  raw_dir = str(tmp_path / "raw")
+  raw_copy(output_dir, raw_dir)
+  raw = predicted(texts, tmp_path, "raw.tsv", output_dir=raw_dir)
+  assert np.abs(raw - probabilities).max() > 1e-3
+
+
+def test_a_later_run_starts_from_the_averages(ema_run, demo_data, tmp_path):
+  """--init_checkpoint on a checkpoint with averages: a run with a learning rate of ~0
+  keeps the averages (not the weights) in its first checkpoint."""
+  output_dir = ema_run[0]
+  best = tf.train.latest_checkpoint(os.path.join(output_dir, "best"))
+  later = str(tmp_path / "later")
+  result = run_classifier(base_flags(demo_data, later, init_checkpoint=best, do_eval=False,
+                                     do_predict=False, n_gpus=1, num_train_epochs=0.2,
+                                     learning_rate=1e-12))
+  cli.assert_succeeded(result)
+  started = tf.train.load_checkpoint(tf.train.latest_checkpoint(later))
+  average = tf.train.load_checkpoint(best).get_tensor("output_weights/ExponentialMovingAverage")
+  np.testing.assert_allclose(started.get_tensor("output_weights"), average, atol=1e-6)
+
+
+def directory_state(directory):
+  return sorted((path, os.path.getmtime(path)) for path in
+                glob.glob(os.path.join(directory, "**"), recursive=True))
+
+
+def test_resuming_with_another_choice_is_one_line_and_writes_nothing(ema_run, runs, demo_data):
+  for output_dir, extra, message in (
+      (ema_run[0], {}, "was trained with --ema_decay and holds weight averages that this run "
+       "would drop"),
+      (runs["dirs"][1.0], {"ema_decay": 0.9}, "--ema_decay=0.9: ")):
+    before = directory_state(output_dir)
+    result = run_classifier(base_flags(demo_data, output_dir, **extra))
+    cli.assert_one_line_error(result, message)
+    assert directory_state(output_dir) == before
+
+
 @pytest.mark.parametrize("script", ["run_classifier_mgpu.py", "run_ner_mgpu.py"])
-@pytest.mark.parametrize("decay", ["0", "1.5"])
-def test_a_factor_outside_zero_one_is_one_line(script, decay, tmp_path):
+@pytest.mark.parametrize("flag,value,message", [
+    ("layerwise_lr_decay", "0", "give a factor in (0, 1]"),
+    ("layerwise_lr_decay", "1.5", "give a factor in (0, 1]"),
+    ("ema_decay", "1", "give a factor in [0, 1)"),
+    ("ema_decay", "-0.5", "give a factor in [0, 1)")])
+def test_a_factor_out_of_range_is_one_line(script, flag, value, message, tmp_path):
   task = ["--task_name=tsv"] if script == "run_classifier_mgpu.py" else []
-  result = cli.run_script(script, ["--layerwise_lr_decay=" + decay, "--do_train",
+  result = cli.run_script(script, ["--%s=%s" % (flag, value), "--do_train",
                                    "--data_dir=" + str(tmp_path),
                                    "--output_dir=" + str(tmp_path / "out")] + task)
-  cli.assert_one_line_error(result, "--layerwise_lr_decay=%s: give a factor in (0, 1]" %
-                            float(decay))
+  cli.assert_one_line_error(result, "--%s=%s: %s" % (flag, float(value), message))
   assert not os.path.exists(str(tmp_path / "out"))
 
 
-def test_scripts_other_than_the_classifier_and_ner_do_not_take_it(tmp_path):
-  result = cli.run_script("run_pretraining_mgpu.py", ["--layerwise_lr_decay=0.8"])
+@pytest.mark.parametrize("flag", ["--layerwise_lr_decay=0.8", "--ema_decay=0.9"])
+def test_scripts_other_than_the_classifier_and_ner_do_not_take_them(flag):
+  result = cli.run_script("run_pretraining_mgpu.py", [flag])
   assert result.returncode != 0
-  assert "layerwise_lr_decay" in result.stderr
+  assert flag[2:].split("=")[0] in result.stderr

@@ -695,9 +695,11 @@ def test_preempted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(
   def flags(output_dir):
     # do_eval with checkpoints every 1000 steps: the only evaluation is the final one, so a
     # best/ directory after the stop would mean the preemption checkpoint was evaluated.
+    # --ema_decay: the weight averages resume bit-exactly too.
     return flag_list(base_flags(
         demo_data, output_dir, bert_config_file=no_dropout_config, do_predict=None,
-        num_train_epochs=64, save_checkpoints_steps=1000, log_steps=1, learning_rate=1e-3))
+        num_train_epochs=64, save_checkpoints_steps=1000, log_steps=1, learning_rate=1e-3,
+        ema_decay=0.9))
 
   straight_dir, stopped_dir = os.path.join(root, "straight"), os.path.join(root, "stopped")
   with cli.RunningScript("run_classifier_mgpu.py", flags(stopped_dir),
@@ -728,5 +730,6 @@ def test_preempted_run_resumes_to_the_same_weights_as_an_uninterrupted_one(
       in resumed.stderr
   final = [all_variables(tf.train.latest_checkpoint(d)) for d in (straight_dir, stopped_dir)]
   assert set(final[0]) == set(final[1]) and "output_weights/adam_v" in final[0]
+  assert "output_weights/ExponentialMovingAverage" in final[0]
   for name in final[0]:
     np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)

@@ -59,11 +59,12 @@ def ner_flags(data, data_format, output_dir, **flags):
 
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
-  """A conll run (softmax head) and a CLUENER run (CRF head), at the same time."""
+  """A conll run (softmax head) and a CLUENER run (CRF head, with weight averages:
+  --ema_decay), at the same time."""
   root = str(tmp_path_factory.mktemp("ner_runs"))
   runs = {"conll": ner_flags(data, "conll", os.path.join(root, "conll"), num_train_epochs=6),
           "cluener": ner_flags(data, "cluener", os.path.join(root, "cluener"), use_crf=True,
-                               num_train_epochs=6)}
+                               num_train_epochs=6, ema_decay=0.9)}
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     futures = {name: pool.submit(cli.run_script, "run_ner_mgpu.py", args)
                for name, args in runs.items()}
@@ -153,6 +154,9 @@ def test_crf_head_variable_names(trained):
       tf.train.latest_checkpoint(output_dir)).get_variable_to_shape_map())
   assert {"cls/ner/output_weights", "cls/ner/output_bias", "cls/ner/crf/transitions",
           "bert/embeddings/word_embeddings"} <= names
+  # --ema_decay: the CRF's transitions are averaged like every trained variable.
+  assert {"cls/ner/crf/transitions/ExponentialMovingAverage",
+          "cls/ner/output_weights/ExponentialMovingAverage"} <= names
   conll_dir, _ = trained["conll"]
   conll_names = set(tf.train.load_checkpoint(
       tf.train.latest_checkpoint(conll_dir)).get_variable_to_shape_map())

@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu.training import weight_averages
 import modeling
 import multigpu
 
@@ -92,9 +93,10 @@ OPTIMIZERS = ("adamw", "radam", "lamb", ADAMW_BIAS_CORRECTED)
 
 
 def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1,
-                layerwise_lr_decay=1.0):
+                layerwise_lr_decay=1.0, ema_decay=0.0):
   """Builds the training graph of `plan` and applies one update per batch (with
   accumulation: the batch split into micro-batches). `optimizer` is one of OPTIMIZERS.
+  With ema_decay, the weight averages start from the initial values, as in a run.
 
   Returns:
     (initial, final, all_values, global_step): initial and final map the plain names of the
@@ -110,7 +112,9 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
                                   "adamw" if corrected else optimizer,
                                   accumulation_steps=accumulation_steps,
                                   adam_bias_correction=corrected,
-                                  layerwise_lr_decay=layerwise_lr_decay)
+                                  layerwise_lr_decay=layerwise_lr_decay,
+                                  ema_decay=ema_decay)
+    start_averages = weight_averages.build_start()
     sync = multigpu.build_start_sync(plan)
     trainable = set(v.op.name for v in tf.trainable_variables())
     saved = [v for v in multigpu.saveable_variables() if v.op.name in trainable]
@@ -121,6 +125,8 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
           var.load(initial_values[var.op.name], sess)
       if sync is not None:
         sess.run(sync)
+      if start_averages is not None:
+        sess.run(start_averages)
       initial = dict(zip([v.op.name for v in saved], sess.run(saved)))
       for batch in batches:
         micro = np.array_split(np.arange(len(batch["label_ids"])), accumulation_steps)
