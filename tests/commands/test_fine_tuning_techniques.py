@@ -210,12 +210,13 @@ def directory_state(directory):
 
 def test_resuming_with_another_choice_is_one_line_and_writes_nothing(ema_run, runs, demo_data):
   for output_dir, extra, message in (
-      (ema_run[0], {}, "was trained with --ema_decay and holds weight averages that this run "
-       "would drop"),
-      (runs["dirs"][1.0], {"ema_decay": 0.9}, "--ema_decay=0.9: ")):
+      (ema_run[0], {}, ["was trained with --ema_decay and holds weight averages that this run "
+                        "would drop"]),
+      (runs["dirs"][1.0], {"ema_decay": 0.9},
+       ["--ema_decay=0.9: ", "was trained without it and has no weight averages to continue"])):
     before = directory_state(output_dir)
     result = run_classifier(base_flags(demo_data, output_dir, **extra))
-    cli.assert_one_line_error(result, message)
+    cli.assert_one_line_error(result, *message)
     assert directory_state(output_dir) == before
 
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import multigpu
-from tiny_model import (OPTIMIZERS, classifier_model_fn, random_batch,
+from tiny_model import (OPTIMIZERS, batch_placeholders, classifier_model_fn, random_batch,
                         relative_update_difference, train_steps)
 
 
@@ -160,8 +160,7 @@ def test_fp16_overflow_on_one_replica_skips_the_update_on_every_replica():
   poisoned_batch = dict(batch, label_ids=batch["label_ids"].copy())
   poisoned_batch["label_ids"][5] = 7
   with tf.Graph().as_default():
-    placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
-                    for k, v in batch.items()}
+    placeholders = batch_placeholders(batch)
     ops = multigpu.build_training(plan, poisoned_model_fn, placeholders, 1e-2, 100, 0,
                                   precision="fp16")
     sync = multigpu.build_start_sync(plan)

@@ -92,6 +92,12 @@ ADAMW_BIAS_CORRECTED = "adamw_bias_corrected"
 OPTIMIZERS = ("adamw", "radam", "lamb", ADAMW_BIAS_CORRECTED)
 
 
+def batch_placeholders(batch):
+  """int32 placeholders [None, ...] named and shaped like a random_batch's arrays."""
+  return {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
+          for k, v in batch.items()}
+
+
 def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1,
                 layerwise_lr_decay=1.0, ema_decay=0.0):
   """Builds the training graph of `plan` and applies one update per batch (with
@@ -105,8 +111,7 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
   """
   with tf.Graph().as_default():
     tf.set_random_seed(1)
-    placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
-                    for k, v in batches[0].items()}
+    placeholders = batch_placeholders(batches[0])
     corrected = optimizer == ADAMW_BIAS_CORRECTED
     ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
                                   "adamw" if corrected else optimizer,

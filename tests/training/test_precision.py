@@ -12,7 +12,7 @@ from bert_mgpu.training import mixed_precision
 from bert_mgpu.training import run_settings
 import multigpu
 import optimization
-from tiny_model import classifier_model_fn, cpu_plan, random_batch
+from tiny_model import batch_placeholders, classifier_model_fn, cpu_plan, random_batch
 
 TF2 = tf.__version__.startswith("2")
 
@@ -25,8 +25,7 @@ def train_losses(precision, steps=32, use_xla=False, learning_rate=3e-3):
   plan = cpu_plan(2)
   with tf.Graph().as_default():
     tf.set_random_seed(1)
-    placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
-                    for k, v in batches[0].items()}
+    placeholders = batch_placeholders(batches[0])
     ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, learning_rate,
                                   1000, 0, precision=precision, use_xla=use_xla)
     matmul_dtypes = {op.outputs[0].dtype.name for op in tf.get_default_graph().get_operations()

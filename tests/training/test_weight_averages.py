@@ -19,8 +19,9 @@ from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
 from bert_mgpu.training import weight_averages
 import multigpu
-from tiny_model import (FEATURE_SPEC, classifier_model_fn, cpu_plan, random_batch, relative_update_difference,  # pylint: disable=g-multiple-import
-                        train_dataset_fn, train_steps, write_records)
+from tiny_model import (FEATURE_SPEC, batch_placeholders, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
+                        random_batch, relative_update_difference, train_dataset_fn,
+                        train_steps, write_records)
 
 DECAY = 0.5  # far from 1, so a few steps leave the average far from the weights
 REPLICATED = multigpu.DevicePlan(["/cpu:0", "/cpu:1"], "/cpu:0", num_cpu_devices=2,
@@ -39,12 +40,11 @@ def test_the_average_follows_numpy_after_each_update():
   plan = cpu_plan(1)
   with tf.Graph().as_default():
     tf.set_random_seed(1)
-    placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
-                    for k, v in batches[0].items()}
+    placeholders = batch_placeholders(batches[0])
     ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
                                   ema_decay=DECAY)
     start = weight_averages.build_start()
-    trained = [v for v in tf.trainable_variables()]
+    trained = tf.trainable_variables()
     shadows = [weight_averages.shadow_of(v) for v in trained]
     assert all(s is not None for s in shadows)
     assert not set(shadows) & set(tf.trainable_variables())
