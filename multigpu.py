@@ -1,19 +1,20 @@
 # coding=utf-8
 """Where BERT runs: the device plan and the towers.
 
-This is the one module that knows about devices, towers and gradient reduction. It
+This is the one module that knows about devices, towers and gradient reduction (with its
+package side, bert_mgpu/distributed/collectives.py, which builds the all-reduce ops). It
 builds graphs; the loop that runs them is bert_mgpu/training/runner.py.
 """
 
 import collections
 import contextlib
-import inspect
 import os
 import re
 
 import tensorflow.compat.v1 as tf
-from tensorflow.python.ops import collective_ops
 
+from bert_mgpu.distributed import collectives
+from bert_mgpu.distributed.collectives import all_reduce_packed, collective_sum
 from bert_mgpu.training import layerwise_lr
 from bert_mgpu.training import mixed_precision
 from bert_mgpu.training import weight_averages
@@ -116,7 +117,7 @@ class DevicePlan(object):
       config.device_count["CPU"] = self.num_cpu_devices
     if self.num_workers > 1:
       config.experimental.collective_group_leader = "/job:worker/replica:0/task:0"
-    if self.replicated and self.on_gpu and (not _ALL_REDUCE_TAKES_HINT or
+    if self.replicated and self.on_gpu and (not collectives.ALL_REDUCE_TAKES_HINT or
                                             tf.__version__.startswith("1.")):
       # TF 1.15 picks NCCL for GPU all-reduces through the config (some of its releases lack
       # communication_hint); setting it as well as the hint does no harm.
@@ -330,89 +331,8 @@ def worker_slice(features, plan):
 
 
 # ---------------------------------------------------------------------------
-# Collective all-reduce (replicated variables)
+# Collective all-reduce (replicated variables): bert_mgpu/distributed/collectives.py
 # ---------------------------------------------------------------------------
-
-# TF 1.15.0 lacks the argument (TF 1.15.5 and 2.x have it); there, the session config turns
-# on NCCL (DevicePlan.session_config). This and that are the only version differences.
-_ALL_REDUCE_TAKES_HINT = (
-    "communication_hint" in inspect.signature(collective_ops.all_reduce).parameters)
-
-# Gradients are concatenated into packs of about this size, one all-reduce each: BERT-base
-# has about 200 variables, most of them small.
-PACK_BYTES = 32 << 20
-
-
-def _next_instance_key():
-  """A new collective instance key. Every worker builds the same graph in the same order,
-  so the n-th collective gets the same key on every worker, which is what pairs them."""
-  graph = tf.get_default_graph()
-  key = getattr(graph, "_bert_mgpu_instance_key", 0) + 1
-  graph._bert_mgpu_instance_key = key  # pylint: disable=protected-access
-  return key
-
-
-def collective_sum(tensor, group_size, group_key, instance_key, on_gpu):
-  """The sum of `tensor` over the `group_size` members of a collective group.
-
-  Each member (a device of some worker) calls this with the same keys and gets the same
-  result. NCCL on GPUs, TF's ring algorithm (over gRPC between workers) on CPUs.
-  """
-  if group_size == 1:
-    return tf.identity(tensor)
-  kwargs = {}
-  if _ALL_REDUCE_TAKES_HINT:
-    kwargs["communication_hint"] = "nccl" if on_gpu else "auto"
-  return collective_ops.all_reduce(tensor, group_size, group_key, instance_key,
-                                   merge_op="Add", final_op="Id", **kwargs)
-
-
-def pack_groups(tensors, pack_bytes=PACK_BYTES):
-  """Splits indices of `tensors` into packs of one dtype and at most about pack_bytes each
-  (a tensor larger than that is a pack of its own).
-
-  Returns:
-    A list of lists of indices into `tensors`, in order within each dtype.
-  """
-  packs, open_packs = [], {}
-  for index, tensor in enumerate(tensors):
-    dtype = tensor.dtype.base_dtype
-    size = tensor.shape.num_elements() * dtype.size
-    pack = open_packs.get(dtype)
-    if pack is None or pack[1] + size > pack_bytes:
-      pack = open_packs[dtype] = ([], 0)
-      packs.append(pack[0])
-    pack[0].append(index)
-    open_packs[dtype] = (pack[0], pack[1] + size)
-  return packs
-
-
-def all_reduce_packed(replica_tensors, devices, group_size, group_key, on_gpu):
-  """Sums lists of tensors over a collective group, a few packs at a time.
-
-  Args:
-    replica_tensors: one list per local member, each with the same shapes and dtypes
-      (static shapes), e.g. the local gradient sums of each replica.
-    devices: the device of each local member.
-    group_size, group_key: the collective group (its members over all workers).
-    on_gpu: use NCCL.
-
-  Returns:
-    Lists like replica_tensors, each tensor summed over the whole group.
-  """
-  summed = [[None] * len(tensors) for tensors in replica_tensors]
-  for pack in pack_groups(replica_tensors[0]):
-    instance_key = _next_instance_key()
-    for member, device in enumerate(devices):
-      parts = [replica_tensors[member][k] for k in pack]
-      with tf.device(device), tf.name_scope("all_reduce"):
-        flat = tf.concat([tf.reshape(p, [-1]) for p in parts], axis=0)
-        flat = collective_sum(flat, group_size, group_key, instance_key, on_gpu)
-        pieces = tf.split(flat, [p.shape.num_elements() for p in parts])
-        for k, part, piece in zip(pack, parts, pieces):
-          summed[member][k] = tf.reshape(piece, part.shape)
-  return summed
-
 
 # ---------------------------------------------------------------------------
 # The tower builder: training
@@ -822,11 +742,11 @@ def build_worker_check(plan, num_values):
     if plan.num_workers == 1:
       return values, tf.identity(values), tf.zeros([num_values], tf.int64)
     mine = values if plan.worker_index == 0 else tf.zeros_like(values)
-    chief_values = collective_sum(mine, plan.num_workers, _GROUP_WORKERS, _next_instance_key(),
+    chief_values = collective_sum(mine, plan.num_workers, _GROUP_WORKERS, collectives.next_instance_key(),
                                   on_gpu=False)
     differs = tf.cast(tf.not_equal(values, chief_values), tf.int64)
     differing = collective_sum(differs, plan.num_workers, _GROUP_WORKERS,
-                               _next_instance_key(), on_gpu=False)
+                               collectives.next_instance_key(), on_gpu=False)
   return values, chief_values, differing
 
 

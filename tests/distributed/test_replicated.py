@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.distributed import collectives
 import multigpu
 from tiny_model import (OPTIMIZERS, batch_placeholders, classifier_model_fn, random_batch,
                         relative_update_difference, train_steps)
@@ -104,7 +105,7 @@ def test_small_gradients_are_packed_into_few_all_reduces():
   with tf.Graph().as_default():
     tensors = [tf.zeros([1000]) for _ in range(50)] + [tf.zeros([4 << 20])] + [
         tf.zeros([3], tf.int64), tf.zeros([10])]
-    packs = multigpu.pack_groups(tensors, pack_bytes=1 << 20)
+    packs = collectives.pack_groups(tensors, pack_bytes=1 << 20)
   flat = sorted(i for pack in packs for i in pack)
   assert flat == list(range(len(tensors)))  # every tensor once
   for pack in packs:  # one dtype per pack
@@ -121,7 +122,7 @@ def test_all_reduce_sums_over_devices():
     for r, device in enumerate(plan.replica_devices):
       with tf.device(device):
         inputs.append([tf.constant([1.0, 2.0]) * (r + 1), tf.constant([[float(r)]])])
-    summed = multigpu.all_reduce_packed(inputs, plan.replica_devices, 3, 77, on_gpu=False)
+    summed = collectives.all_reduce_packed(inputs, plan.replica_devices, 3, 77, on_gpu=False)
     with tf.Session(config=plan.session_config()) as sess:
       values = sess.run(summed)
   for member in values:
@@ -196,7 +197,7 @@ def test_gpu_plans_ask_for_nccl_one_rank_per_gpu(monkeypatch):
     for device in plan.replica_devices:
       with tf.device(device):
         inputs.append([tf.zeros([3])])
-    multigpu.all_reduce_packed(inputs, plan.replica_devices, plan.group_size, 1, plan.on_gpu)
+    collectives.all_reduce_packed(inputs, plan.replica_devices, plan.group_size, 1, plan.on_gpu)
     reduces = [op for op in tf.get_default_graph().get_operations()
                if op.type.startswith("CollectiveReduce")]
   assert len(reduces) == 2
@@ -205,6 +206,6 @@ def test_gpu_plans_ask_for_nccl_one_rank_per_gpu(monkeypatch):
   # TF 1.15 switches NCCL on through the session config as well (some releases lack the
   # argument), as does any TensorFlow without it.
   assert plan.session_config().experimental.collective_nccl == tf.__version__.startswith("1.")
-  monkeypatch.setattr(multigpu, "_ALL_REDUCE_TAKES_HINT", False)
+  monkeypatch.setattr(collectives, "ALL_REDUCE_TAKES_HINT", False)
   assert plan.session_config().experimental.collective_nccl
   assert not replicated_plan(2).session_config().experimental.collective_nccl  # CPUs: ring
