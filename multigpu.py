@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.distributed import collectives
 from bert_mgpu.distributed.collectives import all_reduce_packed, collective_sum
+from bert_mgpu.training import adversarial
 from bert_mgpu.training import layerwise_lr
 from bert_mgpu.training import mixed_precision
 from bert_mgpu.training import weight_averages
@@ -263,7 +264,7 @@ def saveable_variables():
 
 @contextlib.contextmanager
 def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False,
-                 read_averages=False):
+                 read_averages=False, perturbation=None):
   """Enters tower `tower_index`: its device, a name scope, and the shared variable scope.
 
   Variables keep their plain names (no tower prefix), so checkpoints stay Google-compatible:
@@ -275,6 +276,8 @@ def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False,
   `use_xla`, its ops are marked for XLA, which compiles them in clusters (on TF 1.15 the ops
   XLA has no type for, like dropout's int16 bitcast, stay TensorFlow ops between clusters).
   With `read_averages`, it reads each variable's average where it has one (--ema_decay).
+  With `perturbation` (float32, the table's shape), it reads the token-embedding table plus
+  it (--adversarial; the variable itself is not written).
   """
   tower_device = plan.tower_devices[tower_index]
   replica = plan.replica_of_tower(tower_index)
@@ -290,6 +293,8 @@ def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False,
         variable = weight_averages.used_variables([variable])[0]
       with tf.device(tower_device), tf.name_scope(tower_name_scope):
         value = tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
+        if perturbation is not None and name == adversarial.TABLE_NAME:
+          value += tf.stop_gradient(perturbation)  # float32, before any cast
         return mixed_precision.cast_for_compute(value, name, compute_dtype)
 
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
@@ -394,8 +399,9 @@ def _replica_trainable_variables(replica_index, plain_names=None):
   return [by_name[replica_variable_name(n, replica_index)] for n in plain_names]
 
 
-def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale):
-  """Runs `model_fn` on each tower's slice of the batch and differentiates its loss there.
+def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale, attack=None):
+  """Runs `model_fn` on each tower's slice of the batch and differentiates its loss there
+  (with `attack`, the clean and the adversarial passes: _add_adversarial_gradients).
 
   Returns:
     (losses, grads, tvars): per tower, its float32 loss, the gradient of each of its
@@ -404,22 +410,82 @@ def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale):
   """
   dtype = mixed_precision.compute_dtype(precision)
   tower_features = split_for_towers(features, plan.num_towers)
-  losses, grads, tvars, plain_names = [], [], [], None
-  for i in range(plan.num_towers):
-    with _tower_scope(plan, i, dtype, use_xla):
+
+  def tower_pass(i, variables=None, perturbation=None):
+    """Tower i's loss and its gradients of `variables` (None: its replica's trained ones)."""
+    with _tower_scope(plan, i, dtype, use_xla, perturbation=perturbation):
       loss = model_fn(tower_features[i], True)["loss"]
-      if plain_names is None:
+      if variables is None:
         plain_names = [v.op.name for v in _replica_trainable_variables(0)]
-      variables = _replica_trainable_variables(plan.replica_of_tower(i), plain_names)
+        variables = _replica_trainable_variables(plan.replica_of_tower(i), plain_names)
       scaled_loss = loss_scale.scale_loss(loss) if loss_scale else loss
-      grads.append(tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True))
-      losses.append(loss)
-      tvars.append(variables)
+      return loss, tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True), \
+          variables
+
+  losses, grads, tvars = [list(t) for t in zip(*[tower_pass(i)
+                                                 for i in range(plan.num_towers)])]
+  if attack is not None:
+    grads = _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale)
   return losses, grads, tvars
 
 
+def _global_table_gradients(plan, tower_table_grads, loss_scale):
+  """The global batch's gradient of the token-embedding table, dense and unscaled, on
+  each replica device (host and gpu0 plans: one, on the variable device).
+
+  Rows that several towers gather are summed before anyone takes a norm; a replicated
+  plan all-reduces its replicas' sums, [vocab, hidden] float32 each, over every worker.
+  """
+  if not plan.replicated:
+    with tf.device(plan.variable_device), tf.name_scope("adversarial_gradient"):
+      grad = tf.convert_to_tensor(average_gradients(tower_table_grads, plan.num_towers))
+      return [loss_scale.unscale(grad) if loss_scale else grad]
+  scale = 1.0 / (plan.num_towers * plan.num_workers)
+  local_sums = []
+  for r, device in enumerate(plan.replica_devices):
+    with tf.device(device), tf.name_scope("adversarial_gradient_%d" % r):
+      local_sums.append([tf.add_n([
+          tf.convert_to_tensor(g) for i, g in enumerate(tower_table_grads)
+          if plan.replica_of_tower(i) == r]) * scale])
+  reduced = all_reduce_packed(local_sums, plan.replica_devices, plan.group_size,
+                              _GROUP_REPLICAS, plan.on_gpu)
+  grads = []
+  for (grad,), device in zip(reduced, plan.replica_devices):
+    with tf.device(device):
+      grads.append(loss_scale.unscale(grad) if loss_scale else grad)
+  return grads
+
+
+def _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale):
+  """Each tower's clean gradients plus those of its adversarial pass (see
+  bert_mgpu/training/adversarial.py for the arithmetic).
+
+  Every attack step reduces the table's gradient over the global batch, so k towers
+  perturb the table exactly as one device with the whole batch would; PGD's intermediate
+  passes differentiate the table alone.
+  """
+  table = adversarial.table_index(tvars[0])
+  table_grads = [tower_grads[table] for tower_grads in grads]
+  perturbations = [None] * len(plan.replica_devices)
+  for step in range(attack.passes):
+    global_grads = _global_table_gradients(plan, table_grads, loss_scale)
+    for r, device in enumerate(plan.replica_devices):
+      with tf.device(device), tf.name_scope("adversarial_step_%d" % step):
+        perturbations[r] = adversarial.next_perturbation(attack, perturbations[r],
+                                                         global_grads[r])
+    last = step == attack.passes - 1
+    passes = [tower_pass(i, tvars[i] if last else [tvars[i][table]],
+                         perturbations[plan.replica_of_tower(i)])
+              for i in range(plan.num_towers)]
+    table_grads = [tower_grads[0] for _, tower_grads, _ in passes]
+  # The sum of two gradients of one variable (average_gradients over 1: IndexedSlices
+  # rows concatenated).
+  return [[average_gradients([clean, adv], 1) for clean, adv in zip(grads[i], passes[i][1])]
+          for i in range(plan.num_towers)]
+
+
 def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use_xla=False,
-                                 loss_scale=None):
+                                 loss_scale=None, attack=None):
   """The towers of a host or gpu0 plan, averaged on the variable device.
 
   Args:
@@ -431,12 +497,13 @@ def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use
     use_xla: compile each tower's forward and backward pass with XLA.
     loss_scale: a mixed_precision.DynamicLossScale (fp16): each tower differentiates the
       scaled loss, and the averaged gradients are unscaled.
+    attack: an adversarial.Attack: each tower's gradient adds its adversarial pass's.
 
   Returns:
-    (mean loss over towers, list of (averaged gradient, variable)).
+    (mean loss over towers (the clean loss), list of (averaged gradient, variable)).
   """
   losses, tower_grads, tvars = _build_towers(plan, model_fn, features, precision, use_xla,
-                                             loss_scale)
+                                             loss_scale, attack)
   with tf.device(plan.variable_device), tf.name_scope("average_towers"):
     mean_loss = tf.add_n(losses) / float(plan.num_towers)
     grads_and_vars = []
@@ -514,7 +581,7 @@ def _clear_after(accumulators, dependencies):
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
                    optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1, precision="fp32",
                    use_xla=False, adam_bias_correction=False, layerwise_lr_decay=1.0,
-                   ema_decay=0.0):
+                   ema_decay=0.0, attack=None):
   """Builds the multi-tower training step.
 
   Each tower gets an equal slice of the batch; the tower losses and gradients are averaged and
@@ -553,6 +620,9 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     ema_decay: D > 0 keeps, per replica, an exponential moving average of each trained
       variable, moved after each applied update (bert_mgpu/training/weight_averages.py);
       0: none.
+    attack: an adversarial.Attack (--adversarial): the gradient of each (micro-)batch adds
+      that of its adversarial pass, the perturbation taken from the global (micro-)batch's
+      gradient; None: none. With accumulation, each micro-batch is attacked on its own.
 
   Returns:
     TrainOps. With accumulation, `loss` is the current micro-batch's loss and `global_norm`
@@ -591,10 +661,10 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     return _build_replicated_training(
         plan, model_fn, features, accumulation_steps=accumulation_steps, precision=precision,
         use_xla=use_xla, loss_scale=loss_scale, apply=apply, finish=finish,
-        step_tensors=(learning_rate, global_step, stop_request))
+        step_tensors=(learning_rate, global_step, stop_request), attack=attack)
 
   loss, grads_and_vars = build_tower_losses_and_grads(plan, model_fn, features, precision,
-                                                      use_xla, loss_scale)
+                                                      use_xla, loss_scale, attack)
   pairs = [(g, v) for g, v in grads_and_vars if g is not None]
   accumulate_op, (values,), clear = _accumulate(
       [[g for g, _ in pairs] + [loss]], [[v.op.name for _, v in pairs] + ["loss"]],
@@ -611,12 +681,12 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
 
 
 def _build_replicated_training(plan, model_fn, features, accumulation_steps, precision,
-                               use_xla, loss_scale, apply, finish, step_tensors):
+                               use_xla, loss_scale, apply, finish, step_tensors, attack):
   """build_training for a replicated plan (see there); `apply` and `finish` are its update
   and its global-step increment, step_tensors (learning_rate, global_step, stop_request)."""
   learning_rate, global_step, stop_request = step_tensors
   losses, tower_grads, tower_vars = _build_towers(plan, model_fn, features, precision,
-                                                  use_xla, loss_scale)
+                                                  use_xla, loss_scale, attack)
   devices = plan.replica_devices
   # Every tower of every worker counts once in the mean.
   scale = 1.0 / (plan.num_towers * plan.num_workers)

@@ -30,6 +30,7 @@ from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
+from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import task as ner_task
 
 FLAGS = tf.flags.FLAGS
@@ -78,6 +79,8 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
+  if FLAGS.use_crf and FLAGS.rdrop_alpha > 0:
+    raise UsageError(ner_model.RDROP_WITH_CRF % FLAGS.rdrop_alpha)
 
 
 def settings_from_flags(export_format):

@@ -31,7 +31,9 @@ from bert_mgpu.command_line_base import check_positive, flag_value  # the script
 from bert_mgpu.distributed import cluster
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import onnx_export
+from bert_mgpu.training import adversarial
 from bert_mgpu.training import layerwise_lr
+from bert_mgpu.training import rdrop
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import weight_averages
 import modeling
@@ -196,8 +198,19 @@ def job_settings(flag_values=None):
   fields = {name: getattr(flag_values, name) for name in list(run_settings.RUN_DEFAULTS) + [
       "num_train_epochs", "warmup_proportion", "num_train_steps", "num_warmup_steps"]
             if name in flag_values}
+  fields["attack"] = attack(flag_values)
   return run_settings.JobSettings(flag_value(flag_values, "output_dir"), do_train,
                                   device_settings(do_train, flag_values), **fields)
+
+
+def attack(flag_values=None):
+  """The adversarial.Attack of the --adversarial flags (None: off, or a script without
+  them). Raises UsageError for a value out of range."""
+  flag_values = FLAGS if flag_values is None else flag_values
+  if "adversarial" not in flag_values:
+    return None
+  return adversarial.make_attack(flag_values.adversarial, flag_values.adversarial_epsilon,
+                                 flag_values.adversarial_alpha, flag_values.adversarial_steps)
 
 
 def check_run_flags(positive_flag_names=(), flag_values=None):
@@ -228,6 +241,10 @@ def check_run_flags(positive_flag_names=(), flag_values=None):
   ema_decay = flag_value(flag_values, "ema_decay")
   if ema_decay is not None:
     weight_averages.check_decay(ema_decay)
+  attack(flag_values)
+  rdrop_alpha = flag_value(flag_values, "rdrop_alpha")
+  if rdrop_alpha is not None:
+    rdrop.check_alpha(rdrop_alpha)
   warmup = flag_value(flag_values, "warmup_proportion")
   if warmup is not None and not 0 <= warmup <= 1:
     raise UsageError("--warmup_proportion=%s: it is a share of the training steps, from 0 "
@@ -280,6 +297,18 @@ def define_fine_tuning_flags():
                         "weights with decay D in [0, 1) (e.g. 0.999), updated after each "
                         "step; dev evaluation, best/, predictions, exports and conversions "
                         "use it, checkpoints keep both (0: none).")
+  tf.flags.DEFINE_enum("adversarial", "none", list(adversarial.METHODS), "Adversarial "
+                       "training on the token-embedding table, its step taken from the whole "
+                       "global batch's gradient: fgm (one more forward and backward pass per "
+                       "batch) or pgd (--adversarial_steps more).")
+  tf.flags.DEFINE_float("adversarial_epsilon", 1.0, "FGM's step and PGD's radius (the "
+                        "perturbation's norm over the whole table).")
+  tf.flags.DEFINE_float("adversarial_alpha", 0.3, "PGD's step, at most "
+                        "--adversarial_epsilon.")
+  tf.flags.DEFINE_integer("adversarial_steps", 3, "PGD's steps.")
+  tf.flags.DEFINE_float("rdrop_alpha", 0.0, "R-Drop: two forward passes per batch with "
+                        "independent dropout, their cross-entropies averaged, plus alpha/4 "
+                        "times their symmetric KL divergence (the paper's alpha; 0: off).")
 
 
 def define_export_flags(what):

@@ -5,7 +5,8 @@
       [--train_batch_size=16] [--max_seq_length=128] [--precision=fp32|bf16|fp16]
       [--use_xla] [--length_distribution=fixed|short] [--pad_to_max_seq_length]
       [--sweep_gpus=1,2,4,8] [--ema_decay=D] [--layerwise_lr_decay=d]
-  python scripts/benchmark.py --compare_techniques [--rounds=5] [--steps=4] ...
+  python scripts/benchmark.py --compare_techniques [--techniques=ema,layerwise,both,fgm,pgd]
+      [--rounds=5] [--steps=4] ...
 
 The step is built with multigpu.build_training from the run scripts' own heads, on batches
 made in memory (no disk). It prints one JSON line per measurement (examples_per_sec is
@@ -34,6 +35,7 @@ from bert_mgpu.classifier import model as classifier_model  # pylint: disable=wr
 from bert_mgpu.data import tfrecord_io  # pylint: disable=wrong-import-position
 from bert_mgpu.pretraining import model as pretraining_model  # pylint: disable=wrong-import-position
 from bert_mgpu.squad import model as squad_model  # pylint: disable=wrong-import-position
+from bert_mgpu.training import adversarial  # pylint: disable=wrong-import-position
 from bert_mgpu.training import run_settings  # pylint: disable=wrong-import-position
 from bert_mgpu.training import weight_averages  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
@@ -165,18 +167,19 @@ def profile_step(sess, fetches, steps=3, top_ops=12):
   }
 
 
-def model_fn_for(task, config):
+def model_fn_for(task, config, rdrop_alpha=0.0):
   if task == "classifier":
-    return classifier_model.create_model_fn(config, num_labels=2)
+    return classifier_model.create_model_fn(config, num_labels=2, rdrop_alpha=rdrop_alpha)
   if task == "squad":
     return squad_model.create_model_fn(config)  # no max_seq_length: outputs are not kept
   return pretraining_model.create_model_fn(config)
 
 
-def build_step(args, config, plan, **training_options):
+def build_step(args, config, plan, rdrop_alpha=0.0, **training_options):
   """The training step of `plan` on synthetic batches, in a graph and session of its own.
 
   Args:
+    rdrop_alpha: the classifier head's R-Drop (--rdrop_alpha).
     training_options: more arguments of multigpu.build_training (ema_decay, ...).
 
   Returns:
@@ -195,7 +198,8 @@ def build_step(args, config, plan, **training_options):
     features = tf.data.make_one_shot_iterator(
         tfrecord_io.without_autotune(dataset.prefetch(2))).get_next()
     ops = multigpu.build_training(
-        plan, model_fn_for(args.task, config), features, init_lr=1e-4, num_train_steps=10 ** 6,
+        plan, model_fn_for(args.task, config, rdrop_alpha), features, init_lr=1e-4,
+        num_train_steps=10 ** 6,
         num_warmup_steps=10, accumulation_steps=args.accumulation_steps,
         precision=args.precision, use_xla=args.use_xla, **training_options)
     start_averages = weight_averages.build_start()
@@ -257,9 +261,13 @@ def measure(args, config, n_gpus):
   }
 
 
-TECHNIQUES = (("plain", {}), ("ema", {"ema_decay": 0.999}),
-              ("layerwise", {"layerwise_lr_decay": 0.8}),
-              ("both", {"ema_decay": 0.999, "layerwise_lr_decay": 0.8}))
+# name -> multigpu.build_training's options (--adversarial's as the flags' defaults give).
+TECHNIQUES = collections.OrderedDict([
+    ("plain", {}), ("ema", {"ema_decay": 0.999}), ("layerwise", {"layerwise_lr_decay": 0.8}),
+    ("both", {"ema_decay": 0.999, "layerwise_lr_decay": 0.8}),
+    ("fgm", {"attack": adversarial.make_attack("fgm")}),
+    ("pgd", {"attack": adversarial.make_attack("pgd")}), ("rdrop", {"rdrop_alpha": 4.0}),
+    ("fgm_rdrop", {"attack": adversarial.make_attack("fgm"), "rdrop_alpha": 4.0})])
 
 
 def compare_techniques(args, config):
@@ -268,9 +276,16 @@ def compare_techniques(args, config):
   plain's."""
   plan = multigpu.plan_devices(args.n_gpus, args.towers_per_gpu, args.variables_on_gpu,
                                variable_update=args.variable_update)
+  names = ["plain"] + [name for name in args.techniques.split(",") if name != "plain"]
+  unknown = [name for name in names if name not in TECHNIQUES]
+  if unknown:
+    raise SystemExit("--techniques: %s unknown; use some of %s." % (
+        ",".join(unknown), ",".join(TECHNIQUES)))
+  if args.task != "classifier" and any("rdrop_alpha" in TECHNIQUES[n] for n in names):
+    raise SystemExit("--techniques: R-Drop is timed on --task=classifier only.")
   steps = collections.OrderedDict()
-  for name, options in TECHNIQUES:
-    steps[name] = build_step(args, config, plan, **options)
+  for name in names:
+    steps[name] = build_step(args, config, plan, **TECHNIQUES[name])
   times = {name: [] for name in steps}
   try:
     for _, step in steps.values():
@@ -290,8 +305,10 @@ def compare_techniques(args, config):
         "alternating:" % (args.task, plan.num_towers, args.train_batch_size,
                           args.max_seq_length, config.hidden_size, config.num_hidden_layers,
                           args.precision, args.rounds, args.steps))
-  for name, options in TECHNIQUES:
+  for name in names:
     median = float(np.median(times[name]))
+    options = {key: value._asdict() if key == "attack" else value
+               for key, value in TECHNIQUES[name].items()}
     print(json.dumps({"technique": name, "options": options, "step_time_ms":
                       round(1000 * median, 1), "ratio_to_plain": round(median / plain, 4),
                       "round_medians_ms": [round(1000 * float(np.median(
@@ -326,9 +343,13 @@ def parse_args(argv=None):
                       help="keep weight averages (the run scripts' --ema_decay)")
   parser.add_argument("--layerwise_lr_decay", type=float, default=1.0)
   parser.add_argument("--compare_techniques", action="store_true",
-                      help="time plain, --ema_decay=0.999, --layerwise_lr_decay=0.8 and both "
-                      "on --n_gpus, alternating (A B C D A B C D ...) --rounds times, "
-                      "--steps steps each")
+                      help="time plain and each of --techniques on --n_gpus, alternating "
+                      "(A B C D A B C D ...) --rounds times, --steps steps each")
+  parser.add_argument("--techniques", default="ema,layerwise,both",
+                      help="with --compare_techniques, which to time against plain: some of "
+                      "ema (--ema_decay=0.999), layerwise (--layerwise_lr_decay=0.8), both, "
+                      "fgm (--adversarial=fgm), pgd (--adversarial=pgd, 3 steps), rdrop "
+                      "(--rdrop_alpha=4, the classifier's), fgm_rdrop")
   parser.add_argument("--rounds", type=int, default=5)
   parser.add_argument("--profile", action="store_true",
                       help="trace 3 more steps and add the share of op time per category")

@@ -13,6 +13,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import multi_label as multi_label_lib
 from bert_mgpu.classifier import window_pooling as window_pooling_lib
+from bert_mgpu.training import rdrop
 import modeling
 
 # The variable scope of the multi-label head (docs/FORMATS.md): its variables differ in name
@@ -26,7 +27,8 @@ MULTI_LABEL_TRANSFORMERS_NAMES = {MULTI_LABEL_SCOPE + "/" + name: transformers_n
                                   for name, transformers_name in TRANSFORMERS_NAMES.items()}
 
 
-def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=None):
+def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=None,
+                    rdrop_alpha=0.0):
   """Returns model_fn(features, is_training): BERT + a classifier head on the pooled output.
 
   With window_pooling ("max" or "mean", --long_text=windows) the inputs are
@@ -39,9 +41,11 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
   `multi_label/output_weights` and `multi_label/output_bias`, the loss the binary
   cross-entropy averaged over the labels (as PyTorch's BCEWithLogitsLoss) and then over the
   examples. Without a "label_ids" feature (serving), the model returns only the
-  probabilities.
+  probabilities. With rdrop_alpha > 0, training runs two passes and adds their divergence
+  (bert_mgpu/training/rdrop.py); "per_example_loss" is the first pass's cross-entropy.
   """
-  def model_fn(features, is_training):
+  def logits_of(features, is_training):
+    """[batch, num_labels] float32, whatever the compute precision."""
     if window_pooling:
       pooled = window_pooling_lib.pooled_output_of_windows(bert_config, features, is_training,
                                                            window_pooling)
@@ -58,13 +62,25 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
                                     initializer=tf.zeros_initializer())
     if is_training:
       pooled = modeling.dropout(pooled, bert_config.hidden_dropout_prob)
-    # [batch, num_labels]; probabilities and the loss in float32 whatever the precision.
-    logits = tf.cast(tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
-                                    output_bias), tf.float32)
+    return tf.cast(tf.nn.bias_add(tf.matmul(pooled, output_weights, transpose_b=True),
+                                  output_bias), tf.float32)
+
+  def model_fn(features, is_training):
+    logits = logits_of(features, is_training)
     outputs = {"probabilities": tf.sigmoid(logits) if multi_label else tf.nn.softmax(logits)}
     if "label_ids" in features:
       per_example_loss = _per_example_loss(logits, features["label_ids"], multi_label)
-      outputs.update(loss=tf.reduce_mean(per_example_loss), per_example_loss=per_example_loss,
+      loss = tf.reduce_mean(per_example_loss)
+      if is_training and rdrop_alpha > 0:
+        with rdrop.second_pass_scope():
+          second = logits_of(features, is_training)  # its own dropout masks
+        divergence = (tf.reduce_mean(rdrop.bernoulli_divergence(logits, second), axis=-1)
+                      if multi_label else rdrop.categorical_divergence(logits, second))
+        loss = rdrop.combined_loss(
+            loss, tf.reduce_mean(_per_example_loss(second, features["label_ids"],
+                                                   multi_label)),
+            tf.reduce_mean(divergence), rdrop_alpha)
+      outputs.update(loss=loss, per_example_loss=per_example_loss,
                      label_ids=features["label_ids"])
     return outputs
   return model_fn

@@ -190,7 +190,8 @@ class ClassifierTask(job.Task):
   def make_model_fn(self):
     return classifier_model.create_model_fn(self.bert_config, len(self.label_list),
                                             self.settings.multi_label,
-                                            self.settings.window_pooling_of_model())
+                                            self.settings.window_pooling_of_model(),
+                                            self.job_settings.rdrop_alpha)
 
   def _feature_spec(self):
     s = self.settings

@@ -15,6 +15,7 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf
 from bert_mgpu.training import checkpoints
+from bert_mgpu.training import rdrop
 import modeling
 
 HEAD_SCOPE = "cls/ner"
@@ -86,7 +87,23 @@ def _row_token_losses(logits, features):
   return tf.reduce_sum(per_token * tf.cast(features["tag_mask"], tf.float32), axis=1)
 
 
-def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None):
+RDROP_WITH_CRF = ("--rdrop_alpha=%s with --use_crf: R-Drop compares per-token tag "
+                  "distributions, which the CRF's sequence likelihood does not give; drop one.")
+
+
+def _rdrop_loss(loss, logits, second_logits, features, alpha):
+  """R-Drop's loss of the tag head from the first pass's `loss` and both passes' logits
+  [batch, seq, tags]: the per-token divergence is summed over each row's labelled tokens
+  and weighted like the token cross-entropy."""
+  weight = features["loss_weight"]  # [batch]
+  divergence = rdrop.categorical_divergence(logits, second_logits)  # [batch, seq]
+  row_divergence = tf.reduce_sum(divergence * tf.cast(features["tag_mask"], tf.float32), axis=1)
+  second_loss = tf.reduce_sum(_row_token_losses(second_logits, features) * weight)
+  return rdrop.combined_loss(loss, second_loss, tf.reduce_sum(row_divergence * weight), alpha)
+
+
+def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
+                    rdrop_alpha=0.0):
   """Returns model_fn(features, is_training): BERT + the tagging head.
 
   Args:
@@ -96,13 +113,19 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None):
       rows of the negative log-likelihood) instead of the token cross-entropy.
     max_seq_length: if given, the per-piece outputs of a shorter batch are padded back
       to this length, so that prediction batches of any length concatenate.
+    rdrop_alpha: > 0 (tag head only): training runs two passes and adds their per-token
+      divergence (bert_mgpu/training/rdrop.py).
 
   Returns:
     model_fn; its outputs are "tag_ids" [batch, seq] (the Viterbi path with the CRF, else
     the argmax; 0 on pieces that are not first), "probabilities" [batch, seq, num_tags]
     (the softmax of the per-piece scores) and, with tag_ids in the features, "loss".
   """
-  def model_fn(features, is_training):
+  if use_crf and rdrop_alpha > 0:
+    raise ValueError(RDROP_WITH_CRF % rdrop_alpha)
+
+  def logits_of(features, is_training):
+    """[batch, seq, num_tags] float32, and the CRF's transitions (None without)."""
     model = modeling.BertModel(
         config=bert_config, is_training=is_training, input_ids=features["input_ids"],
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
@@ -117,7 +140,10 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None):
                                     initializer=tf.zeros_initializer())
       transitions = crf.transition_variable(num_tags) if use_crf else None
     logits = tf.einsum("bsh,kh->bsk", sequence, tf.cast(output_weights, sequence.dtype))
-    logits = tf.cast(logits, tf.float32) + output_bias  # [batch, seq, num_tags], float32
+    return tf.cast(logits, tf.float32) + output_bias, transitions
+
+  def model_fn(features, is_training):
+    logits, transitions = logits_of(features, is_training)
     outputs = {"probabilities": tf.nn.softmax(logits, axis=-1)}
     if use_crf:
       nll, outputs["tag_ids"] = _crf_outputs(logits, features, transitions)
@@ -136,6 +162,11 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None):
       # Face's token mean), whatever the tower count.
       outputs["loss"] = (tf.reduce_mean(outputs["row_loss"]) if use_crf else
                          tf.reduce_sum(outputs["row_loss"] * features["loss_weight"]))
+      if is_training and rdrop_alpha > 0:
+        with rdrop.second_pass_scope():
+          second_logits, _ = logits_of(features, is_training)  # its own dropout masks
+        outputs["loss"] = _rdrop_loss(outputs["loss"], logits, second_logits, features,
+                                      rdrop_alpha)
     if max_seq_length:
       padding = max_seq_length - tf.shape(logits)[1]
       outputs["tag_ids"] = tf.pad(outputs["tag_ids"], [[0, 0], [0, padding]])

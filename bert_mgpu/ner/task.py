@@ -135,7 +135,8 @@ class NerTask(job.Task):
   def make_model_fn(self):
     return ner_model.create_model_fn(self.bert_config, len(self.label_list),
                                      self.settings.use_crf,
-                                     max_seq_length=self.settings.max_seq_length)
+                                     max_seq_length=self.settings.max_seq_length,
+                                     rdrop_alpha=self.job_settings.rdrop_alpha)
 
   def _shuffle_buffer(self):
     return min(len(self.splits["train"].windows), 100000)

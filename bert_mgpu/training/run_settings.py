@@ -158,6 +158,10 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("layerwise_lr_decay", 1.0),
     # Their --ema_decay (0: no weight averages).
     ("ema_decay", 0.0),
+    # Their --adversarial: an adversarial.Attack, or None.
+    ("attack", None),
+    # Their --rdrop_alpha (0: one pass per batch).
+    ("rdrop_alpha", 0.0),
     # The distribution of the weights no checkpoint gives (modeling.INITIALIZERS).
     ("initializer", "truncated_normal"),
     ("save_checkpoints_steps", 1000), ("keep_checkpoint_max", 5), ("log_steps", 100),
@@ -254,6 +258,26 @@ class RunConfig(object):
     return os.path.join(tempfile.gettempdir(), "bert-mgpu-worker%d-%s" % (
         self.cluster.task_index, key))
 
+  def training_options(self):
+    """multigpu.build_training's arguments after the schedule: the optimizer, the devices'
+    precision and XLA, accumulation and the fine-tuning techniques."""
+    return dict(optimizer_name=self.optimizer, accumulation_steps=self.accumulation_steps,
+                precision=self.devices.precision, use_xla=self.devices.use_xla,
+                adam_bias_correction=self.adam_bias_correction,
+                layerwise_lr_decay=self.layerwise_lr_decay, ema_decay=self.ema_decay,
+                attack=self.attack)
+
+  def extra_passes(self):
+    """The techniques that add forward and backward passes, and how many passes a batch
+    then takes, for the log; None without any."""
+    techniques = ([self.attack.describe()] if self.attack is not None else []) + (
+        ["R-Drop with alpha %g" % self.rdrop_alpha] if self.rdrop_alpha > 0 else [])
+    if not techniques:
+      return None
+    passes = (1 + (self.attack.passes if self.attack is not None else 0)) * (
+        2 if self.rdrop_alpha > 0 else 1)
+    return "%s: %d forward and backward passes per batch" % (", ".join(techniques), passes)
+
   def describe_training(self):
     """The start-of-run log lines: data, batch arithmetic, schedule and device mapping."""
     workers = " x %d workers" % self.num_workers if self.num_workers > 1 else ""
@@ -268,6 +292,8 @@ class RunConfig(object):
       steps += ", layer-wise learning-rate decay %g" % self.layerwise_lr_decay
     if self.ema_decay > 0:
       steps += ", weight averages with decay %g (evaluated and kept)" % self.ema_decay
+    if self.extra_passes():
+      steps += ", " + self.extra_passes()
     if self.initializer != "truncated_normal":
       steps += ", new weights drawn from the %s initializer" % self.initializer
     if self.train_data_description:

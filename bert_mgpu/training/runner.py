@@ -181,10 +181,7 @@ def _build_training_graph(config, model_fn, make_train_dataset, start, inference
     ops = multigpu.build_training(
         plan, model_fn, features, init_lr=config.learning_rate,
         num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
-        optimizer_name=config.optimizer, accumulation_steps=config.accumulation_steps,
-        precision=config.devices.precision, use_xla=config.devices.use_xla,
-        adam_bias_correction=config.adam_bias_correction,
-        layerwise_lr_decay=config.layerwise_lr_decay, ema_decay=config.ema_decay)
+        **config.training_options())
     peers.build_start()
     eval_iterator = eval_outputs = None
     if start.eval_spec is not None:
@@ -407,8 +404,7 @@ class _Checkpointing(object):
     if best is None:
       return False
     if best.update(self.last_path, metrics):
-      tf.logging.info("New best %s = %.4f, kept in %s", best.metric, best.best,
-                      best.directory)
+      tf.logging.info("New best %s = %.4f, kept in %s", best.metric, best.best, best.directory)
     if best.stopped_early(spec.patience):
       tf.logging.info("Early stopping: no better %s in %d evaluations.", best.metric,
                       best.evals_since_best)
@@ -417,8 +413,7 @@ class _Checkpointing(object):
 
   def save_unless_saved(self, step):
     if self.config.is_chief and self.saved_step != step:
-      self.last_path = checkpoints.save(self.graph.saver, self.sess, self.config.output_dir,
-                                        step)
+      self.last_path = checkpoints.save(self.graph.saver, self.sess, self.config.output_dir, step)
       self.saved_step = step
 
 
@@ -485,9 +480,10 @@ class _Progress(object):
   """The progress line and TensorBoard scalars, every config.log_steps steps."""
 
   def __init__(self, config, writer):
-    self.config = config
-    self.writer = writer  # None on a worker that is not the chief
+    self.config, self.writer = config, writer  # writer: None on a worker but the chief
     self.timing = progress.Progress(config.num_train_steps)
+    # Windows until the technique's step time is logged: once, after the warm-up window.
+    self.cost_countdown = None if config.extra_passes() is None else 2
     self.restart()
 
   def restart(self):
@@ -503,6 +499,10 @@ class _Progress(object):
     steps_per_sec = self.timing.rate(self.steps)
     examples_per_sec = steps_per_sec * self.config.global_batch_size
     mean_loss = self.loss / self.steps
+    if self.cost_countdown is not None:
+      self.cost_countdown -= 1
+      if self.cost_countdown == 0:
+        tf.logging.info("%s, %.3f s per step", self.config.extra_passes(), 1 / steps_per_sec)
     tf.logging.info(
         "step %d/%d  loss %.4f  lr %.3g  grad_norm %.3f  examples/sec %.1f  ETA %s", step,
         self.config.num_train_steps, mean_loss, result["lr"], result["global_norm"],

@@ -1,6 +1,6 @@
 # coding=utf-8
-"""The classifier's and NER's fine-tuning techniques end to end: --layerwise_lr_decay and
---ema_decay.
+"""The classifier's and NER's fine-tuning techniques end to end: --layerwise_lr_decay,
+--ema_decay and --adversarial.
 
 --layerwise_lr_decay: two runs of run_classifier_mgpu.py on two towers from the same seed (same initial weights,
 batches and dropout), one with --layerwise_lr_decay=0.5 and one without, on a 2-layer BERT,
@@ -12,11 +12,18 @@ and the second step's move of each variable must be the undecayed run's times it
 --ema_decay: one run that trains, evaluates, predicts and exports; its predictions, the
 export's, and those of its conversion to transformers' format and back all come from the
 averages, and differ from what the raw weights predict.
+
+--adversarial: a classifier run with FGM on two towers and an NER run with PGD, which
+log the technique and its step time and train; the update itself is tested against a
+reference in tests/training/test_adversarial.py.
 """
 
 import glob
 import os
+import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -235,8 +242,116 @@ def test_a_factor_out_of_range_is_one_line(script, flag, value, message, tmp_pat
   assert not os.path.exists(str(tmp_path / "out"))
 
 
-@pytest.mark.parametrize("flag", ["--layerwise_lr_decay=0.8", "--ema_decay=0.9"])
+@pytest.mark.parametrize("script", ["run_classifier_mgpu.py", "run_ner_mgpu.py"])
+@pytest.mark.parametrize("flags,message", [
+    (["--adversarial=fgm", "--adversarial_epsilon=0"],
+     "--adversarial_epsilon=0.0: give a positive size"),
+    (["--adversarial=pgd", "--adversarial_alpha=2"],
+     "--adversarial_alpha=2.0: PGD's step must be positive and at most "
+     "--adversarial_epsilon=1.0"),
+    (["--adversarial=pgd", "--adversarial_steps=0"],
+     "--adversarial_steps=0: PGD takes at least 1 step"),
+    (["--rdrop_alpha=-1"], "--rdrop_alpha=-1.0: give a weight of 0 or more")])
+def test_an_adversarial_or_r_drop_setting_out_of_range_is_one_line(script, flags, message,
+                                                                   tmp_path):
+  task = ["--task_name=tsv"] if script == "run_classifier_mgpu.py" else []
+  result = cli.run_script(script, flags + ["--do_train", "--data_dir=" + str(tmp_path),
+                                           "--output_dir=" + str(tmp_path / "out")] + task)
+  cli.assert_one_line_error(result, message)
+  assert not os.path.exists(str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("flag", ["--layerwise_lr_decay=0.8", "--ema_decay=0.9",
+                                  "--adversarial=fgm", "--rdrop_alpha=4"])
 def test_scripts_other_than_the_classifier_and_ner_do_not_take_them(flag):
   result = cli.run_script("run_pretraining_mgpu.py", [flag])
   assert result.returncode != 0
   assert flag[2:].split("=")[0] in result.stderr
+
+
+# ---------------------------------------------------------------------------
+# --adversarial
+# ---------------------------------------------------------------------------
+
+STEP_TIME = r", \d+\.\d{3} s per step"
+
+
+def logged_losses(stderr):
+  return [float(loss) for loss in re.findall(r"step \d+/\d+  loss ([0-9.naif]+)", stderr)]
+
+
+def test_a_classifier_run_with_fgm_on_two_towers(demo_data, tmp_path):
+  output_dir = str(tmp_path / "fgm")
+  result = run_classifier(base_flags(demo_data, output_dir, adversarial="fgm",
+                                     do_predict=False, random_seed=7))
+  cli.assert_succeeded(result)
+  describe = ("adversarial training FGM on the token embeddings (epsilon 1): 2 forward and "
+              "backward passes per batch")
+  assert describe in result.stderr
+  # The cost, once, after the first steps.
+  assert len(re.findall(re.escape(describe) + STEP_TIME, result.stderr)) == 1, \
+      result.stderr[-3000:]
+  # It trains: 50 examples x 2 epochs / (2 towers x 4) = 12 finite steps, a checkpoint
+  # of the last, and an evaluation.
+  losses = logged_losses(result.stderr)
+  assert len(losses) == 12 and np.all(np.isfinite(losses)), losses
+  assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-12")
+  assert os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+  plain = run_classifier(base_flags(demo_data, str(tmp_path / "plain"), do_eval=False,
+                                    do_predict=False, random_seed=7))
+  cli.assert_succeeded(plain)
+  assert "adversarial" not in plain.stderr
+  # The same first loss (same start and batch: the logged loss is the clean one), then
+  # another course.
+  plain_losses = logged_losses(plain.stderr)
+  assert losses[0] == pytest.approx(plain_losses[0], rel=1e-5)
+  assert losses[1:] != pytest.approx(plain_losses[1:], rel=1e-5)
+
+
+def test_an_ner_run_with_pgd_and_r_drop(tmp_path):
+  data_dir = str(tmp_path / "ner_data")
+  subprocess.run([sys.executable, cli.script_path(os.path.join("scripts", "make_ner_data.py")),
+                  "--output_dir", data_dir, "--train_sentences", "64"], check=True,
+                 stdout=subprocess.PIPE, timeout=120)
+  output_dir = str(tmp_path / "pgd")
+  result = cli.run_script("run_ner_mgpu.py", cli.flag_list(dict(
+      data_dir=os.path.join(data_dir, "conll"), vocab_file=os.path.join(data_dir, "vocab.txt"),
+      bert_config_file=os.path.join(data_dir, "bert_config.json"), output_dir=output_dir,
+      do_train=True, do_eval=False, do_predict=False, n_gpus=2, max_seq_length=32,
+      train_batch_size=8, learning_rate=1e-3, num_train_epochs=1, log_steps=1,
+      adversarial="pgd", adversarial_steps=2, rdrop_alpha=1)))
+  cli.assert_succeeded(result)
+  describe = ("adversarial training PGD on the token embeddings (2 steps of 0.3 in a ball of "
+              "radius 1), R-Drop with alpha 1: 6 forward and backward passes per batch")
+  assert describe in result.stderr
+  assert len(re.findall(re.escape(describe) + STEP_TIME, result.stderr)) == 1, \
+      result.stderr[-3000:]
+  losses = logged_losses(result.stderr)
+  assert losses and np.all(np.isfinite(losses)), result.stderr[-3000:]
+  assert tf.train.latest_checkpoint(output_dir) is not None
+
+
+def test_r_drop_with_the_crf_is_one_line(tmp_path):
+  result = cli.run_script("run_ner_mgpu.py", [
+      "--use_crf", "--rdrop_alpha=4", "--do_train", "--data_dir=" + str(tmp_path),
+      "--output_dir=" + str(tmp_path / "out")])
+  cli.assert_one_line_error(result, "--rdrop_alpha=4.0 with --use_crf: R-Drop compares "
+                                    "per-token tag distributions")
+  assert not os.path.exists(str(tmp_path / "out"))
+
+
+def test_a_classifier_run_with_r_drop_trains_on_two_passes(demo_data, tmp_path):
+  """Two steps from the same seed with and without --rdrop_alpha: the demo model's dropout
+  makes the two passes differ, so the first loss (the same batch and start) is not
+  plain's."""
+  losses = {}
+  for alpha in (0, 4):
+    result = run_classifier(base_flags(demo_data, str(tmp_path / str(alpha)), do_eval=False,
+                                       do_predict=False, num_train_epochs=0.32,
+                                       random_seed=7, rdrop_alpha=alpha))
+    cli.assert_succeeded(result)
+    losses[alpha] = logged_losses(result.stderr)
+    assert (("R-Drop with alpha 4: 2 forward and backward passes per batch" in result.stderr)
+            == (alpha == 4))
+  assert len(losses[4]) == 2 and np.all(np.isfinite(losses[4]))
+  assert losses[4][0] != pytest.approx(losses[0][0], rel=1e-4)

@@ -99,7 +99,7 @@ def batch_placeholders(batch):
 
 
 def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1,
-                layerwise_lr_decay=1.0, ema_decay=0.0):
+                layerwise_lr_decay=1.0, ema_decay=0.0, attack=None):
   """Builds the training graph of `plan` and applies one update per batch (with
   accumulation: the batch split into micro-batches). `optimizer` is one of OPTIMIZERS.
   With ema_decay, the weight averages start from the initial values, as in a run.
@@ -118,7 +118,7 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
                                   accumulation_steps=accumulation_steps,
                                   adam_bias_correction=corrected,
                                   layerwise_lr_decay=layerwise_lr_decay,
-                                  ema_decay=ema_decay)
+                                  ema_decay=ema_decay, attack=attack)
     start_averages = weight_averages.build_start()
     sync = multigpu.build_start_sync(plan)
     trainable = set(v.op.name for v in tf.trainable_variables())

@@ -18,6 +18,7 @@ from bert_mgpu import command_line_base
 from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu import errors
+from bert_mgpu.training import adversarial
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
 from tiny_model import (FEATURE_SPEC, NUM_LABELS, classifier_model_fn, cpu_plan,  # pylint: disable=g-multiple-import
@@ -314,6 +315,19 @@ def test_run_config_logs_the_device_mapping():
   lines = config.describe_training()
   assert "2 tower(s) x per-tower batch 4 x 1 accumulation step(s) = global batch 8" in lines
   assert "tower 1 -> /cpu:1" in lines
+
+
+@pytest.mark.parametrize("fields,passes", [
+    ({"attack": adversarial.make_attack("fgm")}, 2), ({"rdrop_alpha": 4.0}, 2),
+    ({"attack": adversarial.make_attack("fgm"), "rdrop_alpha": 4.0}, 4),
+    ({"attack": adversarial.make_attack("pgd", steps=3), "rdrop_alpha": 4.0}, 8)])
+def test_run_config_counts_the_passes_of_adversarial_training_and_r_drop(fields, passes):
+  assert run_config("out", 2, 8, 10).extra_passes() is None
+  config = run_config("out", 2, 8, 10, **fields)
+  described = config.extra_passes()
+  assert described.endswith(": %d forward and backward passes per batch" % passes)
+  assert ("R-Drop with alpha 4" in described) == ("rdrop_alpha" in fields)
+  assert described in config.describe_training()[1]
 
 
 def strict_flag_values():
