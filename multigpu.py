@@ -294,7 +294,7 @@ def _tower_scope(plan, tower_index, compute_dtype=tf.float32, use_xla=False,
       with tf.device(tower_device), tf.name_scope(tower_name_scope):
         value = tf.identity(variable, name="read_" + variable.op.name.replace("/", "_"))
         if perturbation is not None and name == adversarial.TABLE_NAME:
-          value += tf.stop_gradient(perturbation)  # float32, before any cast
+          value = adversarial.perturbed(value, perturbation)  # float32, before any cast
         return mixed_precision.cast_for_compute(value, name, compute_dtype)
 
     with tf.variable_scope(tf.get_variable_scope(), reuse=tf.AUTO_REUSE, use_resource=True,
@@ -412,24 +412,29 @@ def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale, atta
   tower_features = split_for_towers(features, plan.num_towers)
 
   def tower_pass(i, variables=None, perturbation=None):
-    """Tower i's loss and its gradients of `variables` (None: its replica's trained ones)."""
+    """Tower i's (loss, gradients of `variables`, variables); variables None: its
+    replica's trained ones."""
     with _tower_scope(plan, i, dtype, use_xla, perturbation=perturbation):
       loss = model_fn(tower_features[i], True)["loss"]
       if variables is None:
         plain_names = [v.op.name for v in _replica_trainable_variables(0)]
         variables = _replica_trainable_variables(plan.replica_of_tower(i), plain_names)
       scaled_loss = loss_scale.scale_loss(loss) if loss_scale else loss
-      return loss, tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True), \
-          variables
+      grads = tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True)
+      return loss, grads, variables
 
-  losses, grads, tvars = [list(t) for t in zip(*[tower_pass(i)
-                                                 for i in range(plan.num_towers)])]
+  losses, grads, tvars = [], [], []
+  for i in range(plan.num_towers):
+    loss, tower_grads, variables = tower_pass(i)
+    losses.append(loss)
+    grads.append(tower_grads)
+    tvars.append(variables)
   if attack is not None:
     grads = _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale)
   return losses, grads, tvars
 
 
-def _global_table_gradients(plan, tower_table_grads, loss_scale):
+def _global_table_gradients(plan, tower_table_grads, loss_scale, step):
   """The global batch's gradient of the token-embedding table, dense and unscaled, on
   each replica device (host and gpu0 plans: one, on the variable device).
 
@@ -437,13 +442,14 @@ def _global_table_gradients(plan, tower_table_grads, loss_scale):
   plan all-reduces its replicas' sums, [vocab, hidden] float32 each, over every worker.
   """
   if not plan.replicated:
-    with tf.device(plan.variable_device), tf.name_scope("adversarial_gradient"):
+    with tf.device(plan.variable_device), \
+        tf.name_scope("adversarial_gradient_step_%d" % step):
       grad = tf.convert_to_tensor(average_gradients(tower_table_grads, plan.num_towers))
       return [loss_scale.unscale(grad) if loss_scale else grad]
   scale = 1.0 / (plan.num_towers * plan.num_workers)
   local_sums = []
   for r, device in enumerate(plan.replica_devices):
-    with tf.device(device), tf.name_scope("adversarial_gradient_%d" % r):
+    with tf.device(device), tf.name_scope("adversarial_gradient_step_%d_replica_%d" % (step, r)):
       local_sums.append([tf.add_n([
           tf.convert_to_tensor(g) for i, g in enumerate(tower_table_grads)
           if plan.replica_of_tower(i) == r]) * scale])
@@ -457,30 +463,42 @@ def _global_table_gradients(plan, tower_table_grads, loss_scale):
 
 
 def _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale):
-  """Each tower's clean gradients plus those of its adversarial pass (see
-  bert_mgpu/training/adversarial.py for the arithmetic).
+  """Each tower's clean gradients plus those of its last adversarial pass (the arithmetic:
+  bert_mgpu/training/adversarial.py).
 
   Every attack step reduces the table's gradient over the global batch, so k towers
   perturb the table exactly as one device with the whole batch would; PGD's intermediate
   passes differentiate the table alone.
+
+  Args:
+    plan: DevicePlan.
+    attack: adversarial.Attack.
+    tower_pass: function(tower index, variables, perturbation) -> (loss, gradients of the
+      variables, variables), the tower's pass reading the table plus the perturbation.
+    grads, tvars: per tower, its clean gradients and their variables (_build_towers').
+    loss_scale: fp16's DynamicLossScale, or None.
+
+  Returns:
+    Per tower, the gradient of each of its variables: clean plus adversarial.
   """
   table = adversarial.table_index(tvars[0])
   table_grads = [tower_grads[table] for tower_grads in grads]
   perturbations = [None] * len(plan.replica_devices)
   for step in range(attack.passes):
-    global_grads = _global_table_gradients(plan, table_grads, loss_scale)
+    global_grads = _global_table_gradients(plan, table_grads, loss_scale, step)
     for r, device in enumerate(plan.replica_devices):
-      with tf.device(device), tf.name_scope("adversarial_step_%d" % step):
+      with tf.device(device), tf.name_scope("adversarial_step_%d_replica_%d" % (step, r)):
         perturbations[r] = adversarial.next_perturbation(attack, perturbations[r],
                                                          global_grads[r])
-    last = step == attack.passes - 1
-    passes = [tower_pass(i, tvars[i] if last else [tvars[i][table]],
-                         perturbations[plan.replica_of_tower(i)])
-              for i in range(plan.num_towers)]
-    table_grads = [tower_grads[0] for _, tower_grads, _ in passes]
-  # The sum of two gradients of one variable (average_gradients over 1: IndexedSlices
-  # rows concatenated).
-  return [[average_gradients([clean, adv], 1) for clean, adv in zip(grads[i], passes[i][1])]
+    tower_perturbations = [perturbations[plan.replica_of_tower(i)]
+                           for i in range(plan.num_towers)]
+    if step < attack.passes - 1:  # an intermediate PGD pass: the table's gradient alone
+      table_grads = [tower_pass(i, [tvars[i][table]], r)[1][0]
+                     for i, r in enumerate(tower_perturbations)]
+  last_grads = [tower_pass(i, tvars[i], r)[1] for i, r in enumerate(tower_perturbations)]
+  # The sum of two gradients of one variable (average_gradients over 1: the table's
+  # IndexedSlices rows concatenated).
+  return [[average_gradients([clean, adv], 1) for clean, adv in zip(grads[i], last_grads[i])]
           for i in range(plan.num_towers)]
 
 
@@ -812,8 +830,8 @@ def build_worker_check(plan, num_values):
     if plan.num_workers == 1:
       return values, tf.identity(values), tf.zeros([num_values], tf.int64)
     mine = values if plan.worker_index == 0 else tf.zeros_like(values)
-    chief_values = collective_sum(mine, plan.num_workers, _GROUP_WORKERS, collectives.next_instance_key(),
-                                  on_gpu=False)
+    chief_values = collective_sum(mine, plan.num_workers, _GROUP_WORKERS,
+                                  collectives.next_instance_key(), on_gpu=False)
     differs = tf.cast(tf.not_equal(values, chief_values), tf.int64)
     differing = collective_sum(differs, plan.num_workers, _GROUP_WORKERS,
                                collectives.next_instance_key(), on_gpu=False)

@@ -5,7 +5,8 @@
       [--train_batch_size=16] [--max_seq_length=128] [--precision=fp32|bf16|fp16]
       [--use_xla] [--length_distribution=fixed|short] [--pad_to_max_seq_length]
       [--sweep_gpus=1,2,4,8] [--ema_decay=D] [--layerwise_lr_decay=d]
-  python scripts/benchmark.py --compare_techniques [--techniques=ema,layerwise,both,fgm,pgd]
+  python scripts/benchmark.py --compare_techniques [--techniques=ema,layerwise,both,fgm,pgd,
+      rdrop,fgm_rdrop]
       [--rounds=5] [--steps=4] ...
 
 The step is built with multigpu.build_training from the run scripts' own heads, on batches

@@ -30,7 +30,8 @@ import multigpu
 # The settings every worker must share (different flags or data would make their
 # collectives pair up wrongly and wait forever).
 _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_steps",
-                    "train_batch_size", "num_towers", "micro_batch_size", "random_seed")
+                    "train_batch_size", "num_towers", "micro_batch_size", "random_seed",
+                    "adversarial_passes")
 
 # Training sessions that must not be closed (nor garbage-collected, which closes them).
 _SESSIONS_LEFT_OPEN = []

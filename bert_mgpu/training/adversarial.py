@@ -80,16 +80,33 @@ def make_attack(method, epsilon=1.0, alpha=0.3, steps=3):
   return Attack(method, float(epsilon), float(alpha), int(steps))
 
 
+# The gradient of perturbed(): the table's as it comes. TF 1.15's Add gradient would turn the
+# gathered rows (IndexedSlices) into a dense [vocab, hidden] tensor; TF 2.x's keeps them.
+_PASS_THROUGH_GRADIENT = "BertMgpuPerturbedTableGradient"
+
+
+@tf.RegisterGradient(_PASS_THROUGH_GRADIENT)
+def _pass_through_gradient(unused_op, grad):
+  return grad, None
+
+
+def perturbed(value, perturbation):
+  """value + perturbation, differentiable in value alone, its gradient passed through as it
+  comes (sparse rows stay sparse on both TensorFlows)."""
+  with tf.get_default_graph().gradient_override_map({"Add": _PASS_THROUGH_GRADIENT,
+                                                       "AddV2": _PASS_THROUGH_GRADIENT}):
+    return tf.add(value, tf.stop_gradient(perturbation))
+
+
 def table_index(variables):
-  """The index of the token-embedding table in a tower's trained variables (plain or
-  replica names).
+  """The index of the token-embedding table in a tower's trained variables (tower 0's:
+  plain names, also under a replicated plan).
 
   Raises:
     ValueError: the model has no such table.
   """
   for index, variable in enumerate(variables):
-    name = variable.op.name
-    if name == TABLE_NAME or name.endswith("/" + TABLE_NAME) and name.startswith("replica_"):
+    if variable.op.name == TABLE_NAME:
       return index
   raise ValueError("Adversarial training perturbs %s, which this model does not train." %
                    TABLE_NAME)

@@ -267,6 +267,12 @@ class RunConfig(object):
                 layerwise_lr_decay=self.layerwise_lr_decay, ema_decay=self.ema_decay,
                 attack=self.attack)
 
+  @property
+  def adversarial_passes(self):
+    """--adversarial's passes per batch (0: off); each all-reduces the table's gradient, so
+    every worker must run the same number."""
+    return 0 if self.attack is None else self.attack.passes
+
   def extra_passes(self):
     """The techniques that add forward and backward passes, and how many passes a batch
     then takes, for the log; None without any."""

@@ -313,13 +313,17 @@ def test_an_ner_run_with_pgd_and_r_drop(tmp_path):
   subprocess.run([sys.executable, cli.script_path(os.path.join("scripts", "make_ner_data.py")),
                   "--output_dir", data_dir, "--train_sentences", "64"], check=True,
                  stdout=subprocess.PIPE, timeout=120)
+
+  def run_ner(name, **techniques):
+    return cli.run_script("run_ner_mgpu.py", cli.flag_list(dict(
+        data_dir=os.path.join(data_dir, "conll"), vocab_file=os.path.join(data_dir, "vocab.txt"),
+        bert_config_file=os.path.join(data_dir, "bert_config.json"),
+        output_dir=str(tmp_path / name), do_train=True, do_eval=False, do_predict=False,
+        n_gpus=2, max_seq_length=32, train_batch_size=8, learning_rate=1e-3,
+        num_train_epochs=1, log_steps=1, random_seed=7, **techniques)))
+
   output_dir = str(tmp_path / "pgd")
-  result = cli.run_script("run_ner_mgpu.py", cli.flag_list(dict(
-      data_dir=os.path.join(data_dir, "conll"), vocab_file=os.path.join(data_dir, "vocab.txt"),
-      bert_config_file=os.path.join(data_dir, "bert_config.json"), output_dir=output_dir,
-      do_train=True, do_eval=False, do_predict=False, n_gpus=2, max_seq_length=32,
-      train_batch_size=8, learning_rate=1e-3, num_train_epochs=1, log_steps=1,
-      adversarial="pgd", adversarial_steps=2, rdrop_alpha=1)))
+  result = run_ner("pgd", adversarial="pgd", adversarial_steps=2, rdrop_alpha=1)
   cli.assert_succeeded(result)
   describe = ("adversarial training PGD on the token embeddings (2 steps of 0.3 in a ball of "
               "radius 1), R-Drop with alpha 1: 6 forward and backward passes per batch")
@@ -329,6 +333,11 @@ def test_an_ner_run_with_pgd_and_r_drop(tmp_path):
   losses = logged_losses(result.stderr)
   assert losses and np.all(np.isfinite(losses)), result.stderr[-3000:]
   assert tf.train.latest_checkpoint(output_dir) is not None
+  # R-Drop reaches the tagger: the first loss (the same start and batch, the adversarial
+  # part not in it) is not plain's.
+  plain = run_ner("plain")
+  cli.assert_succeeded(plain)
+  assert losses[0] != pytest.approx(logged_losses(plain.stderr)[0], rel=1e-4)
 
 
 def test_r_drop_with_the_crf_is_one_line(tmp_path):

@@ -37,6 +37,9 @@ FGM = adversarial.make_attack("fgm", epsilon=1.0)
 PGD = adversarial.make_attack("pgd", epsilon=0.5, alpha=0.3, steps=3)
 REPLICATED = multigpu.DevicePlan(["/cpu:0", "/cpu:1"], "/cpu:0", num_cpu_devices=2,
                                  variable_update="replicated")
+# 4 towers on 2 replicas (--towers_per_gpu=2): each replica sums two towers' rows first.
+TWO_TOWERS_PER_REPLICA = multigpu.DevicePlan(["/cpu:0", "/cpu:0", "/cpu:1", "/cpu:1"], "/cpu:0",
+                                             num_cpu_devices=2, variable_update="replicated")
 SAME = 1e-5  # relative update difference of two ways to compute one update
 DIFFERENT = 1e-3  # ... of two updates that must differ (100x SAME at least)
 
@@ -222,7 +225,8 @@ def test_pgd_differs_from_fgm_and_one_pgd_step_is_fgm(start):
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("attack", [FGM, PGD], ids=["fgm", "pgd"])
-@pytest.mark.parametrize("plan", [cpu_plan(2), REPLICATED], ids=["host", "replicated"])
+@pytest.mark.parametrize("plan", [cpu_plan(2), REPLICATED, TWO_TOWERS_PER_REPLICA],
+                         ids=["host", "replicated", "replicated_2_towers_each"])
 def test_two_towers_give_one_devices_update_with_the_global_batchs_norm(start, plan,
                                                                         attack):
   initial, runs = start["initial"], start[attack.method]
@@ -279,10 +283,11 @@ def norm_inputs(graph, step=0):
   """The tensors whose norm next_perturbation takes at attack step `step` (tf.norm's
   x * x, the only elementwise square in the scope's norm)."""
   found = [op.inputs[0] for op in graph.get_operations()
-           if op.name.startswith("adversarial_step_%d/norm/" % step) and op.type == "Mul"
+           if op.name.startswith("adversarial_step_%d_replica_0/norm/" % step)
+           and op.type == "Mul"
            and op.inputs[0] is op.inputs[1]]
   assert found, sorted(op.name for op in graph.get_operations()
-                       if op.name.startswith("adversarial_step_%d/" % step))
+                       if op.name.startswith("adversarial_step_%d_replica_0/" % step))
   return found
 
 
@@ -366,15 +371,29 @@ def test_fgm_with_a_small_epsilon_is_not_refused_over_pgds_alpha():
   assert adversarial.make_attack("none", 0.2) is None
 
 
-def test_table_index_finds_the_plain_or_replica_table():
+def test_table_index_finds_the_table_by_its_plain_name():
   with tf.Graph().as_default():
-    names = ["bert/embeddings/position_embeddings", TABLE, "output_bias",
-             "replica_1/" + TABLE, "other/" + TABLE]
+    names = ["bert/embeddings/position_embeddings", TABLE, "output_bias", "other/" + TABLE]
     variables = [tf.Variable(0.0, name=name) for name in names]
     assert adversarial.table_index(variables) == 1
-    assert adversarial.table_index(variables[2:]) == 1  # replica_1's copy
     with pytest.raises(ValueError, match="does not train"):
-      adversarial.table_index(variables[4:])
+      adversarial.table_index(variables[2:])
+
+
+def test_the_adversarial_gradient_of_the_table_stays_sparse():
+  """The perturbed read passes the gathered rows' gradient through as IndexedSlices on both
+  TensorFlows (TF 1.15's own Add gradient would make a dense [vocab, hidden] tensor)."""
+  batch = random_batch(np.random.RandomState(4), 4)
+  with tf.Graph().as_default():
+    _, grads_and_vars = multigpu.build_tower_losses_and_grads(
+        cpu_plan(1), classifier_model_fn(), batch_placeholders(batch), attack=FGM)
+    table_grads = [g for g, v in grads_and_vars if v.op.name == TABLE]
+    assert len(table_grads) == 1 and isinstance(table_grads[0], tf.IndexedSlices)
+    value = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    with tf.Session() as sess:
+      np.testing.assert_array_equal(
+          sess.run(adversarial.perturbed(value, tf.constant([[0.5, 0.0], [0.0, -1.0]]))),
+          [[1.5, 2.0], [3.0, 3.0]])
 
 
 @pytest.mark.parametrize("attack", [FGM, PGD], ids=["fgm", "pgd"])

@@ -135,7 +135,8 @@ def test_the_ner_loss_weights_each_tokens_divergence_like_its_cross_entropy(monk
   tag_mask = (rng.rand(4, SEQ) > 0.3).astype(np.int32) * features["input_mask"]
   features.update(tag_ids=rng.randint(0, num_tags, size=[4, SEQ]).astype(np.int32),
                   tag_mask=tag_mask,
-                  loss_weight=np.full([4], 2.0 / tag_mask.sum(), np.float32))
+                  # Rows weighted differently, so each row's weight must meet its own tokens.
+                  loss_weight=((rng.rand(4) + 0.5) / tag_mask.sum()).astype(np.float32))
   model_fn = ner_model.create_model_fn(dropout_config(0.3), num_tags, rdrop_alpha=ALPHA)
   loss, first, second = loss_and_passes(monkeypatch, model_fn, features,
                                         "categorical_divergence")

@@ -328,6 +328,8 @@ def test_run_config_counts_the_passes_of_adversarial_training_and_r_drop(fields,
   assert described.endswith(": %d forward and backward passes per batch" % passes)
   assert ("R-Drop with alpha 4" in described) == ("rdrop_alpha" in fields)
   assert described in config.describe_training()[1]
+  # Each adversarial pass is a collective: workers compare the count (peers.py).
+  assert config.adversarial_passes == (0 if "attack" not in fields else fields["attack"].passes)
 
 
 def strict_flag_values():
