@@ -412,8 +412,7 @@ def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale, atta
   tower_features = split_for_towers(features, plan.num_towers)
 
   def tower_pass(i, variables=None, perturbation=None):
-    """Tower i's (loss, gradients of `variables`, variables); variables None: its
-    replica's trained ones."""
+    """(loss, gradients, variables) of tower i; variables None: its replica's trained ones."""
     with _tower_scope(plan, i, dtype, use_xla, perturbation=perturbation):
       loss = model_fn(tower_features[i], True)["loss"]
       if variables is None:
@@ -423,12 +422,8 @@ def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale, atta
       grads = tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True)
       return loss, grads, variables
 
-  losses, grads, tvars = [], [], []
-  for i in range(plan.num_towers):
-    loss, tower_grads, variables = tower_pass(i)
-    losses.append(loss)
-    grads.append(tower_grads)
-    tvars.append(variables)
+  # Per tower: its loss, its gradients, its variables.
+  losses, grads, tvars = map(list, zip(*[tower_pass(i) for i in range(plan.num_towers)]))
   if attack is not None:
     grads = _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale)
   return losses, grads, tvars
@@ -442,24 +437,20 @@ def _global_table_gradients(plan, tower_table_grads, loss_scale, step):
   plan all-reduces its replicas' sums, [vocab, hidden] float32 each, over every worker.
   """
   if not plan.replicated:
-    with tf.device(plan.variable_device), \
-        tf.name_scope("adversarial_gradient_step_%d" % step):
+    with tf.device(plan.variable_device), tf.name_scope("adversarial_gradient_step_%d" % step):
       grad = tf.convert_to_tensor(average_gradients(tower_table_grads, plan.num_towers))
       return [loss_scale.unscale(grad) if loss_scale else grad]
   scale = 1.0 / (plan.num_towers * plan.num_workers)
   local_sums = []
   for r, device in enumerate(plan.replica_devices):
     with tf.device(device), tf.name_scope("adversarial_gradient_step_%d_replica_%d" % (step, r)):
-      local_sums.append([tf.add_n([
-          tf.convert_to_tensor(g) for i, g in enumerate(tower_table_grads)
-          if plan.replica_of_tower(i) == r]) * scale])
+      local_sum = tf.add_n([tf.convert_to_tensor(g) for i, g in enumerate(tower_table_grads)
+                            if plan.replica_of_tower(i) == r]) * scale
+      # Unscaled before the sum: every replica divides by the same loss scale.
+      local_sums.append([loss_scale.unscale(local_sum) if loss_scale else local_sum])
   reduced = all_reduce_packed(local_sums, plan.replica_devices, plan.group_size,
                               _GROUP_REPLICAS, plan.on_gpu)
-  grads = []
-  for (grad,), device in zip(reduced, plan.replica_devices):
-    with tf.device(device):
-      grads.append(loss_scale.unscale(grad) if loss_scale else grad)
-  return grads
+  return [grad for (grad,) in reduced]
 
 
 def _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale):
@@ -496,8 +487,7 @@ def _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scal
       table_grads = [tower_pass(i, [tvars[i][table]], r)[1][0]
                      for i, r in enumerate(tower_perturbations)]
   last_grads = [tower_pass(i, tvars[i], r)[1] for i, r in enumerate(tower_perturbations)]
-  # The sum of two gradients of one variable (average_gradients over 1: the table's
-  # IndexedSlices rows concatenated).
+  # clean + adversarial (average_gradients over 1 concatenates the table's rows).
   return [[average_gradients([clean, adv], 1) for clean, adv in zip(grads[i], last_grads[i])]
           for i in range(plan.num_towers)]
 
