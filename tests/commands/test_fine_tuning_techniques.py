@@ -280,21 +280,27 @@ def logged_losses(stderr):
   return [float(loss) for loss in re.findall(r"step \d+/\d+  loss ([0-9.naif]+)", stderr)]
 
 
+def trained_with(result, techniques):
+  """The logged losses of a successful run that named `techniques` (its passes per batch)
+  at the start and their step time once, at the end of the second log window; all finite."""
+  cli.assert_succeeded(result)
+  assert techniques in result.stderr
+  assert len(re.findall(re.escape(techniques) + STEP_TIME, result.stderr)) == 1, \
+      result.stderr[-3000:]
+  losses = logged_losses(result.stderr)
+  assert losses and np.all(np.isfinite(losses)), result.stderr[-3000:]
+  return losses
+
+
 def test_a_classifier_run_with_fgm_on_two_towers(demo_data, tmp_path):
   output_dir = str(tmp_path / "fgm")
   result = run_classifier(base_flags(demo_data, output_dir, adversarial="fgm",
                                      do_predict=False, random_seed=7))
-  cli.assert_succeeded(result)
-  describe = ("adversarial training FGM on the token embeddings (epsilon 1): 2 forward and "
-              "backward passes per batch")
-  assert describe in result.stderr
-  # The cost, once, after the first steps.
-  assert len(re.findall(re.escape(describe) + STEP_TIME, result.stderr)) == 1, \
-      result.stderr[-3000:]
-  # It trains: 50 examples x 2 epochs / (2 towers x 4) = 12 finite steps, a checkpoint
-  # of the last, and an evaluation.
-  losses = logged_losses(result.stderr)
-  assert len(losses) == 12 and np.all(np.isfinite(losses)), losses
+  losses = trained_with(result, "adversarial training FGM on the token embeddings (epsilon 1): "
+                                "2 forward and backward passes per batch")
+  # It trains: 50 examples x 2 epochs / (2 towers x 4) = 12 steps, a checkpoint of the
+  # last, and an evaluation.
+  assert len(losses) == 12, losses
   assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-12")
   assert os.path.exists(os.path.join(output_dir, "eval_results.txt"))
   plain = run_classifier(base_flags(demo_data, str(tmp_path / "plain"), do_eval=False,
@@ -322,17 +328,11 @@ def test_an_ner_run_with_pgd_and_r_drop(tmp_path):
         n_gpus=2, max_seq_length=32, train_batch_size=8, learning_rate=1e-3,
         num_train_epochs=1, log_steps=1, random_seed=7, **techniques)))
 
-  output_dir = str(tmp_path / "pgd")
-  result = run_ner("pgd", adversarial="pgd", adversarial_steps=2, rdrop_alpha=1)
-  cli.assert_succeeded(result)
-  describe = ("adversarial training PGD on the token embeddings (2 steps of 0.3 in a ball of "
-              "radius 1), R-Drop with alpha 1: 6 forward and backward passes per batch")
-  assert describe in result.stderr
-  assert len(re.findall(re.escape(describe) + STEP_TIME, result.stderr)) == 1, \
-      result.stderr[-3000:]
-  losses = logged_losses(result.stderr)
-  assert losses and np.all(np.isfinite(losses)), result.stderr[-3000:]
-  assert tf.train.latest_checkpoint(output_dir) is not None
+  losses = trained_with(
+      run_ner("pgd", adversarial="pgd", adversarial_steps=2, rdrop_alpha=1),
+      "adversarial training PGD on the token embeddings (2 steps of 0.3 in a ball of radius "
+      "1), R-Drop with alpha 1: 6 forward and backward passes per batch")
+  assert tf.train.latest_checkpoint(str(tmp_path / "pgd")) is not None
   # R-Drop reaches the tagger: the first loss (the same start and batch, the adversarial
   # part not in it) is not plain's.
   plain = run_ner("plain")
