@@ -30,6 +30,7 @@ from bert_mgpu import command_line
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
+from bert_mgpu.ner import global_pointer
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import task as ner_task
 
@@ -54,8 +55,12 @@ def define_flags():
       "warmup_proportion", "save_checkpoints_steps", "group_by_length"])
   flags.DEFINE_integer("doc_stride", 64, "A sentence longer than max_seq_length - 2 word "
                        "pieces is cut into windows whose starts are this many pieces apart.")
-  flags.DEFINE_bool("use_crf", False, "Decode with a linear-chain CRF (Viterbi) and train by "
-                    "its likelihood, instead of a softmax per token.")
+  flags.DEFINE_enum("ner_head", "tags", ["tags", "crf"] + list(global_pointer.SPAN_HEADS),
+                    "tags: a softmax per token; crf: a linear-chain CRF (Viterbi); "
+                    "global_pointer, efficient_global_pointer: a score per (start, end, type), "
+                    "so entities may nest (docs/NER.md).")
+  flags.DEFINE_bool("use_crf", False, "Means --ner_head=crf: decode with a linear-chain CRF "
+                    "(Viterbi) and train by its likelihood, instead of a softmax per token.")
   flags.DEFINE_enum("best_metric", "f1", ["f1", "macro_f1"], "With --do_train and "
                     "--do_eval: the dev metric whose best checkpoint is kept in "
                     "output_dir/best; eval and predict use output_dir/best when it exists.")
@@ -79,8 +84,24 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
-  if FLAGS.use_crf and FLAGS.rdrop_alpha > 0:
+  head = ner_head()
+  if head == "crf" and FLAGS.rdrop_alpha > 0:
     raise UsageError(ner_model.RDROP_WITH_CRF % FLAGS.rdrop_alpha)
+  if head in global_pointer.SPAN_HEADS and FLAGS.rdrop_alpha > 0:
+    raise UsageError(global_pointer.RDROP_WITH_SPANS % (FLAGS.rdrop_alpha, head))
+
+
+def ner_head():
+  """--ner_head, with --use_crf meaning crf; UsageError when the two disagree."""
+  if FLAGS.use_crf and FLAGS["ner_head"].present and FLAGS.ner_head != "crf":
+    raise UsageError("--use_crf means --ner_head=crf, but --ner_head=%s; drop one."
+                     % FLAGS.ner_head)
+  head = "crf" if FLAGS.use_crf else FLAGS.ner_head
+  if head in global_pointer.SPAN_HEADS and FLAGS.export_dir:
+    raise UsageError("--export_dir with --ner_head=%s: exporting and serving the span heads "
+                     "is not built yet; drop --export_dir (the output_dir keeps the model)."
+                     % head)
+  return head
 
 
 def settings_from_flags(export_format):
@@ -88,7 +109,7 @@ def settings_from_flags(export_format):
   return ner_task.NerSettings(
       FLAGS.data_dir, FLAGS.vocab_file, FLAGS.bert_config_file, data_format=FLAGS.data_format,
       do_lower_case=FLAGS.do_lower_case, max_seq_length=FLAGS.max_seq_length,
-      doc_stride=FLAGS.doc_stride, use_crf=FLAGS.use_crf, do_eval=FLAGS.do_eval,
+      doc_stride=FLAGS.doc_stride, ner_head=ner_head(), do_eval=FLAGS.do_eval,
       do_predict=FLAGS.do_predict, best_metric=FLAGS.best_metric,
       early_stopping_patience=FLAGS.early_stopping_patience,
       export_format=export_format)

@@ -169,14 +169,17 @@ def _tag_ids(sentence, label_map):
   return ids
 
 
-def featurize_sentences(sentences, tokenizer, label_list, max_seq_length, doc_stride):
+def featurize_sentences(sentences, tokenizer, label_list, max_seq_length, doc_stride,
+                        use_tags=True):
   """The alignment and the windows of every sentence.
 
   Args:
-    sentences: list of NerSentence (tags are used when present).
+    sentences: list of NerSentence (tags are used when present and use_tags).
     tokenizer: a tokenization.FullTokenizer.
     label_list: list of str; a tag's label id is its index.
     max_seq_length, doc_stride: the flags (check_window_settings).
+    use_tags: False for the span heads, whose labels are spans (ner/span_windows.py):
+      the windows' label_ids are then all 0.
 
   Returns:
     list [len(sentences)] of (SentencePieces, list of NerWindow).
@@ -191,7 +194,8 @@ def featurize_sentences(sentences, tokenizer, label_list, max_seq_length, doc_st
   result = []
   for index, sentence in enumerate(sentences):
     aligned = align_pieces(sentence.tokens, tokenizer, cache)
-    tag_ids = _tag_ids(sentence, label_map) if sentence.tags is not None else None
+    tag_ids = (_tag_ids(sentence, label_map) if use_tags and sentence.tags is not None
+               else None)
     result.append((aligned, sentence_windows(aligned, tag_ids, max_seq_length, doc_stride,
                                              special_ids, sentence_index=index)))
   return result

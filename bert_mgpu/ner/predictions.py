@@ -3,11 +3,14 @@
 scores of a split (bert_mgpu/ner/scoring.py), and the output files (eval_report.*, predict.txt
 or predict.json, predict_entities.jsonl)."""
 
+import logging
 import os
 
 from bert_mgpu.data import output_files
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import scoring as ner_scoring
+from bert_mgpu.ner import span_scoring
+from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import writers
 
 
@@ -54,3 +57,53 @@ def write_predictions(output_dir, split, data_format, tags):
                                       split.data.sentences, tags)
   writers.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
                                  split.data.sentences, tags)
+
+
+# ---------------------------------------------------------------------------
+# The span heads (ner/global_pointer.py)
+# ---------------------------------------------------------------------------
+
+SPAN_OUTPUTS = ("span_types", "span_starts", "span_ends", "span_scores")
+
+
+def sentence_spans(split, outputs, type_list):
+  """The predicted spans of every sentence, from the windows' best pairs.
+
+  Logs a warning when a window's last kept pair still scores above 0: the window had
+  more spans above 0 than the model outputs (global_pointer.top_spans).
+  """
+  spans, start = [], 0
+  for aligned, windows in split.featurized:
+    window_outputs = [tuple(outputs[name][start + index] for name in SPAN_OUTPUTS)
+                      for index in range(len(windows))]
+    spans.append(span_windows.spans_from_windows(aligned, windows, window_outputs,
+                                                 type_list))
+    start += len(windows)
+  if start != len(outputs["span_scores"]):
+    raise AssertionError("%d window predictions for %d windows"
+                         % (len(outputs["span_scores"]), start))
+  full = int((outputs["span_scores"][:, -1] > 0).sum()) if start else 0
+  if full:
+    logging.getLogger("tensorflow").warning(
+        "%d windows of %s have more spans scored above 0 than the %d the model outputs per "
+        "window; the lowest-scored of them were dropped.", full, split.data.path,
+        outputs["span_scores"].shape[1])
+  return spans
+
+
+def span_metrics(split, outputs, type_list):
+  """(eval_results metrics, the full span_scoring.score result) of a split's outputs; the
+  loss is the mean over (window, type) rows."""
+  predicted = sentence_spans(split, outputs, type_list)
+  result = span_scoring.score([sentence.spans for sentence in split.data.sentences],
+                              predicted)
+  loss = float(outputs["row_loss"].sum() / max(outputs["row_types"].sum(), 1.0))
+  metrics = {"precision": result["precision"], "recall": result["recall"],
+             "f1": result["f1"], "macro_f1": result["macro_f1"], "loss": loss,
+             "nested_recall": result["nested"]["recall"]}
+  return metrics, result
+
+
+def span_eval_report(result):
+  """The output_files.EvalReport of span_scoring.score()'s `result`."""
+  return output_files.EvalReport(span_scoring.format_report(result), result, sort_keys=True)

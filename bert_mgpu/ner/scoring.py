@@ -218,15 +218,15 @@ def repair(tags, scheme):
   return tags_from_entities(entities(tags), len(tags), scheme)
 
 
-def _ratio(numerator, denominator):
+def ratio(numerator, denominator):
   """numerator / denominator, 0.0 when the denominator is 0 (seqeval's zero_division=0)."""
   return float(numerator) / denominator if denominator else 0.0
 
 
 def _precision_recall_f1(correct, predicted, gold):
-  precision = _ratio(correct, predicted)
-  recall = _ratio(correct, gold)
-  return precision, recall, _ratio(2 * precision * recall, precision + recall)
+  precision = ratio(correct, predicted)
+  recall = ratio(correct, gold)
+  return precision, recall, ratio(2 * precision * recall, precision + recall)
 
 
 def _type_counts(gold_seqs, pred_seqs, scheme):
@@ -280,9 +280,9 @@ def score(gold_seqs, pred_seqs, scheme=None):
   num_gold, num_predicted, num_correct = (
       sum(counts.values()) for counts in (gold_counts, predicted_counts, correct_counts))
   precision, recall, f1 = _precision_recall_f1(num_correct, num_predicted, num_gold)
-  macro_f1 = _ratio(sum(row["f1"] for row in per_type.values()), len(per_type))
+  macro_f1 = ratio(sum(row["f1"] for row in per_type.values()), len(per_type))
   return {"precision": precision, "recall": recall, "f1": f1, "macro_f1": macro_f1,
-          "accuracy": _ratio(num_tokens_right, num_tokens), "num_gold": num_gold,
+          "accuracy": ratio(num_tokens_right, num_tokens), "num_gold": num_gold,
           "num_predicted": num_predicted, "num_correct": num_correct,
           "num_tokens": num_tokens, "per_type": per_type}
 
@@ -304,11 +304,14 @@ def format_report(result, digits=4):
   header = ("%-" + str(name_width) + "s %" + str(digits + 5) + "s %" + str(digits + 5)
             + "s %" + str(digits + 5) + "s %9s\n")
   row = "%-" + str(name_width) + "s " + " ".join([number] * 3) + " %9d\n"
-  lines = ["processed %d tokens with %d entities; found: %d entities; correct: %d.\n"
-           % (result["num_tokens"], result["num_gold"], result["num_predicted"],
-              result["num_correct"]),
-           "accuracy: " + (number % (100.0 * result["accuracy"])).strip() + "% (tags)\n\n",
-           header % ("", "precision", "recall", "f1", "support")]
+  counts = ("%d entities; found: %d entities; correct: %d.\n"
+            % (result["num_gold"], result["num_predicted"], result["num_correct"]))
+  if "num_tokens" in result:  # a tag head's
+    lines = ["processed %d tokens with %s" % (result["num_tokens"], counts),
+             "accuracy: " + (number % (100.0 * result["accuracy"])).strip() + "% (tags)\n\n"]
+  else:  # a span head's (span_scoring.score)
+    lines = [counts[0].upper() + counts[1:], "\n"]
+  lines.append(header % ("", "precision", "recall", "f1", "support"))
   for name in sorted(per_type):
     values = per_type[name]
     lines.append(row % (name, values["precision"], values["recall"], values["f1"],
@@ -318,7 +321,7 @@ def format_report(result, digits=4):
                       result["num_gold"]))
   count = len(per_type)
   lines.append(row % ("macro avg",
-                      _ratio(sum(v["precision"] for v in per_type.values()), count),
-                      _ratio(sum(v["recall"] for v in per_type.values()), count),
+                      ratio(sum(v["precision"] for v in per_type.values()), count),
+                      ratio(sum(v["recall"] for v in per_type.values()), count),
                       result["macro_f1"], result["num_gold"]))
   return "".join(lines)

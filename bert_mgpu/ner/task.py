@@ -21,10 +21,12 @@ from bert_mgpu.data import label_files
 from bert_mgpu.data import length_grouping
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import global_pointer
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import predictions
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import splits as ner_splits
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import onnx_export
@@ -41,7 +43,9 @@ class NerSettings(object):
     data_dir, data_format: the data ("conll", "cluener" or "auto").
     vocab_file, bert_config_file, do_lower_case: the pre-trained model's files.
     max_seq_length, doc_stride: the windows of a sentence.
-    use_crf: a linear-chain CRF head instead of a softmax per token.
+    ner_head: "tags" (a softmax per token), "crf" (a linear-chain CRF), or a span head,
+      "global_pointer" or "efficient_global_pointer" (ner/global_pointer.py; entities may
+      nest). use_crf=True means "crf" when ner_head is not given.
     do_eval, do_predict: score the dev set, predict the test set.
     best_metric, early_stopping_patience: the dev metric whose best checkpoint is kept,
       and the evaluations without a better one after which training stops (0: never).
@@ -51,7 +55,7 @@ class NerSettings(object):
   def __init__(self, data_dir, vocab_file, bert_config_file, data_format="auto",
                do_lower_case=True, max_seq_length=128, doc_stride=64, use_crf=False,
                do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0,
-               export_format=onnx_export.ExportFormat()):
+               export_format=onnx_export.ExportFormat(), ner_head=None):
     self.export_format = export_format
     self.data_dir = data_dir
     self.data_format = data_format
@@ -60,7 +64,9 @@ class NerSettings(object):
     self.do_lower_case = do_lower_case
     self.max_seq_length = max_seq_length
     self.doc_stride = doc_stride
-    self.use_crf = use_crf
+    self.ner_head = ner_head or ("crf" if use_crf else "tags")
+    self.use_crf = self.ner_head == "crf"
+    self.span_head = self.ner_head in global_pointer.SPAN_HEADS
     self.do_eval = do_eval
     self.do_predict = do_predict
     self.best_metric = best_metric
@@ -68,6 +74,9 @@ class NerSettings(object):
 
   def model_settings(self):
     """The model_settings.json of a model trained with these settings (ner/serving.py)."""
+    if self.span_head:
+      return global_pointer.span_settings(self.do_lower_case, self.max_seq_length,
+                                          self.doc_stride, self.ner_head)
     return ner_serving.ner_settings(self.do_lower_case, self.max_seq_length, self.doc_stride,
                                     self.use_crf)
 
@@ -99,14 +108,16 @@ class NerTask(job.Task):
                                              ("dev", s.do_eval), ("test", s.do_predict))
                    if wanted]
     self.splits, self.data_format, self.label_list, self.scheme = ner_splits.read_splits(
-        s.data_dir, s.data_format, split_names, self.job_settings.output_dir)
+        s.data_dir, s.data_format, split_names, self.job_settings.output_dir, s.span_head)
+    self.max_spans = None  # span heads: the records' padded span count (featurize)
 
   def train_size(self):
     if not self.job_settings.do_train:
       return 0, "training windows"
     # Steps count training windows: featurize the training split first (in memory).
     ner_splits.featurize_split(self.splits["train"], self.tokenizer, self.label_list,
-                               self.settings.max_seq_length, self.settings.doc_stride)
+                               self.settings.max_seq_length, self.settings.doc_stride,
+                               self.settings.span_head)
     return len(self.splits["train"].windows), "training windows"
 
   def check_start(self, config):
@@ -120,7 +131,10 @@ class NerTask(job.Task):
       self.check_head(checkpoint, self.settings.model_settings())
 
   def check_head(self, checkpoint, model_settings):
-    ner_model.check_head(checkpoint, bool(model_settings["use_crf"]))
+    if self.settings.span_head:
+      global_pointer.check_head(checkpoint, self.settings.ner_head)
+    else:
+      ner_model.check_head(checkpoint, bool(model_settings["use_crf"]))
 
   def write_model_files(self):
     s = self.settings
@@ -129,10 +143,22 @@ class NerTask(job.Task):
                                  s.bert_config_file, s.model_settings())
 
   def featurize(self, config):
-    ner_splits.featurize(self.splits, self.tokenizer, self.label_list, config.cache_dir,
-                         self.settings.max_seq_length, self.settings.doc_stride)
+    self.max_spans = ner_splits.featurize(
+        self.splits, self.tokenizer, self.label_list, config.cache_dir,
+        self.settings.max_seq_length, self.settings.doc_stride, self.settings.span_head)
+
+  def _feature_spec(self):
+    if self.settings.span_head:
+      return ner_splits.span_feature_spec(self.settings.max_seq_length, self.max_spans)
+    return ner_splits.feature_spec(self.settings.max_seq_length)
 
   def make_model_fn(self):
+    if self.settings.span_head:
+      # A window outputs as many best pairs as it has positions: more spans above 0 than
+      # that is logged (predictions.sentence_spans).
+      return global_pointer.create_model_fn(self.bert_config, len(self.label_list),
+                                            self.settings.ner_head,
+                                            self.settings.max_seq_length)
     return ner_model.create_model_fn(self.bert_config, len(self.label_list),
                                      self.settings.use_crf,
                                      max_seq_length=self.settings.max_seq_length,
@@ -142,31 +168,42 @@ class NerTask(job.Task):
     return min(len(self.splits["train"].windows), 100000)
 
   def make_train_dataset(self, config):
-    spec = ner_splits.feature_spec(self.settings.max_seq_length)
+    spec, num_replicas = self._feature_spec(), config.num_towers * config.num_workers
     record_file, shuffle_buffer = self.splits["train"].record_file, self._shuffle_buffer()
-    return lambda skip: ner_splits.with_loss_weights(tfrecord_io.make_dataset(
+    if self.settings.span_head:
+      def with_weights(dataset):
+        return ner_splits.with_span_loss_weights(dataset, num_replicas, len(self.label_list))
+    else:
+      def with_weights(dataset):
+        return ner_splits.with_loss_weights(dataset, num_replicas)
+    return lambda skip: with_weights(tfrecord_io.make_dataset(
         [record_file], spec, config.micro_batch_size, is_training=True,
         seed=config.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
-        length_multiple=config.length_multiple, group_by_length=config.group_by_length),
-                                                     config.num_towers * config.num_workers)
+        length_multiple=config.length_multiple, group_by_length=config.group_by_length))
 
   def log_before_training(self, config):
-    log_tag_skew(config, self.splits["train"].windows, len(self.label_list),
-                 self._shuffle_buffer())
+    train = self.splits["train"]
+    log_tag_skew(config, train.windows, len(self.label_list), self._shuffle_buffer(),
+                 train.window_spans if self.settings.span_head else None)
 
   def make_inference(self, config, model_fn):
     record_files = {name: split.record_file for name, split in self.splits.items()}
-    return job.record_file_inference(config, model_fn, record_files,
-                                     ner_splits.feature_spec(self.settings.max_seq_length),
+    return job.record_file_inference(config, model_fn, record_files, self._feature_spec(),
                                      self.settings.do_eval, self.settings.do_predict)
+
+  def _metrics(self, outputs):
+    """(metrics, full result) of the dev split's outputs."""
+    if self.settings.span_head:
+      return predictions.span_metrics(self.splits["dev"], outputs, self.label_list)
+    return predictions.ner_metrics(self.splits["dev"], outputs, self.label_list, self.scheme,
+                                   self.settings.use_crf)
 
   def eval_spec(self, config, inference):
     if not self.settings.do_eval:
       return None
 
     def dev_metrics(outputs):
-      return predictions.ner_metrics(self.splits["dev"], outputs, self.label_list,
-                                     self.scheme, self.settings.use_crf)[0]
+      return self._metrics(outputs)[0]
 
     return runner.EvalSpec(inference.datasets["eval"][0], dev_metrics,
                            self.settings.best_metric, self.settings.early_stopping_patience)
@@ -180,18 +217,28 @@ class NerTask(job.Task):
     checkpoint, why = inference.checkpoint()
     tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
     if s.do_eval:
-      outputs = inference.outputs("eval")
-      metrics, result = predictions.ner_metrics(self.splits["dev"], outputs, self.label_list,
-                                                self.scheme, s.use_crf)
+      metrics, result = self._metrics(inference.outputs("eval"))
+      report = predictions.span_eval_report if s.span_head else predictions.eval_report
       runner.write_eval_results(output_dir, metrics, checkpoint,
-                                lambda unused_metrics: predictions.eval_report(result))
+                                lambda unused_metrics: report(result))
     if s.do_predict:
-      outputs = inference.outputs("predict")
-      tags = predictions.sentence_tags(self.splits["test"], outputs["tag_ids"],
-                                       self.label_list, self.scheme)
-      predictions.write_predictions(output_dir, self.splits["test"], self.data_format, tags)
-      tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
-                      len(tags), sum(len(ner_scoring.entities(t)) for t in tags), output_dir)
+      self._write_predictions(inference.outputs("predict"))
+
+  def _write_predictions(self, outputs):
+    test, output_dir, tags = self.splits["test"], self.job_settings.output_dir, None
+    if self.settings.span_head:
+      spans = predictions.sentence_spans(test, outputs, self.label_list)
+      if self.data_format == "conll":
+        tf.logging.info("conll input with --ner_head=%s: the predictions are spans, which "
+                        "tags cannot hold when they nest; they go to predict_entities.jsonl "
+                        "(no predict.txt).", self.settings.ner_head)
+    else:
+      tags = predictions.sentence_tags(test, outputs["tag_ids"], self.label_list,
+                                       self.scheme)
+      spans = [ner_scoring.entities(sentence_tags) for sentence_tags in tags]
+    predictions.write_predictions(output_dir, test, self.data_format, tags, spans=spans)
+    tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
+                    len(spans), sum(len(s) for s in spans), output_dir)
 
   def model_files_to_export(self):
     return model_files.find_model_files(
@@ -199,14 +246,18 @@ class NerTask(job.Task):
         "--do_train, which saves them there.", (ner_serving.NER_KIND,))
 
 
-def log_tag_skew(config, windows, num_tags, shuffle_buffer):
+def log_tag_skew(config, windows, num_tags, shuffle_buffer, window_spans=None):
   """With --group_by_length, on the chief: logs how much grouping skews the tag mix of the
   training batches (tfrecord_io.log_label_skew; a warning when it is marked). A window's
-  targets are the shares of each tag among its tagged pieces (length_grouping.tag_shares)."""
+  targets are the shares of each tag among its tagged pieces (length_grouping.tag_shares);
+  with window_spans (the span heads), the shares of each entity type among its spans."""
   if not (config.group_by_length and config.is_chief):
     return
   with phases.timed("featurize"):
     lengths, tag_ids, tag_mask = featurizing.tag_skew_inputs(windows)
-    targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
+    if window_spans is None:
+      targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
+    else:
+      targets = span_windows.type_shares(window_spans, num_tags)  # [n, types]
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
-                               noun="tag")
+                               noun="tag" if window_spans is None else "entity type")

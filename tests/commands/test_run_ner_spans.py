@@ -1,0 +1,171 @@
+# coding=utf-8
+"""End-to-end tests of run_ner_mgpu.py's span heads (--ner_head=global_pointer and
+efficient_global_pointer) on a made-up CMeEE set whose entities nest: every ORG ("<city>大学",
+"<city>医院", ...) holds a LOC (its city), which a tag per character cannot represent.
+
+Every run is a subprocess (tests/helpers/cli.py) with a tiny BERT; --n_gpus=2 runs two
+towers on logical CPU devices.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cli
+
+CITIES = [u"北京", u"上海", u"广州", u"深圳", u"杭州", u"南京", u"武汉", u"成都"]
+SUFFIXES = [u"大学", u"医院", u"银行", u"公司"]
+FILLERS = [u"他在", u"我去", u"她说", u"今天", u"我们参观了", u"听说", u"明天到", u"有人在"]
+ENDINGS = [u"工作", u"看病", u"开会", u"", u"学习", u"吃饭"]
+MAX_SEQ_LENGTH = 24  # the longest sentences need two windows
+
+
+def make_sentence(rng):
+  """A sentence and its entities (CMeEE records, end_idx inclusive): an ORG with its city
+  as a nested LOC, and sometimes a city alone (a LOC)."""
+  text, entities = FILLERS[rng.randint(len(FILLERS))], []
+  for _ in range(1 + rng.randint(2)):
+    city, start = CITIES[rng.randint(len(CITIES))], len(text)
+    word = city
+    if rng.rand() < 0.7:
+      word = city + SUFFIXES[rng.randint(len(SUFFIXES))]
+      entities.append({"start_idx": start, "end_idx": start + len(word) - 1, "type": "ORG",
+                       "entity": word})
+    entities.append({"start_idx": start, "end_idx": start + len(city) - 1, "type": "LOC",
+                     "entity": city})
+    text += word + ENDINGS[rng.randint(len(ENDINGS))] + u"，"
+  return {"text": text, "entities": entities}
+
+
+def write_json(path, value):
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(value, f, ensure_ascii=False, indent=1)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("cmeee_data"))
+  rng = np.random.RandomState(0)
+  splits = {"train": [make_sentence(rng) for _ in range(240)],
+            "dev": [make_sentence(rng) for _ in range(40)],
+            "test": [make_sentence(rng) for _ in range(40)]}
+  data_dir = os.path.join(root, "cmeee")
+  os.makedirs(data_dir)
+  for name, records in splits.items():
+    if name == "test":  # CBLUE's test file has no entities
+      records = [{"text": record["text"]} for record in records]
+    write_json(os.path.join(data_dir, "CMeEE_%s.json" % name), records)
+  chars = sorted(set(u"".join(r["text"] for rs in splits.values() for r in rs)))
+  with open(os.path.join(root, "vocab.txt"), "w", encoding="utf-8") as f:
+    f.write(u"".join(t + u"\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + chars))
+  config = {"vocab_size": len(chars) + 4, "hidden_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 64, "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+            "max_position_embeddings": 64, "type_vocab_size": 2, "initializer_range": 0.02}
+  write_json(os.path.join(root, "bert_config.json"), config)
+  return {"root": root, "data_dir": data_dir, "test": splits["test"]}
+
+
+def span_flags(data, output_dir, **flags):
+  values = dict([
+      ("data_dir", data["data_dir"]), ("data_format", "cmeee"),
+      ("vocab_file", os.path.join(data["root"], "vocab.txt")),
+      ("bert_config_file", os.path.join(data["root"], "bert_config.json")),
+      ("output_dir", output_dir), ("do_train", True), ("do_eval", True), ("do_predict", True),
+      ("n_gpus", 2), ("max_seq_length", MAX_SEQ_LENGTH), ("doc_stride", 8),
+      ("ner_head", "global_pointer"), ("train_batch_size", 16), ("learning_rate", 2e-3),
+      ("num_train_epochs", 8), ("save_checkpoints_steps", 1000), ("log_steps", 1000)])
+  values.update(flags)
+  return cli.flag_list(values)
+
+
+def read_eval_results(output_dir):
+  with open(os.path.join(output_dir, "eval_results.txt")) as f:
+    return {key: float(value) for key, value in
+            (line.strip().split(" = ") for line in f if line.strip())}
+
+
+def spans_of(record):
+  return sorted((e["type"], e["start_idx"], e["end_idx"]) for e in record["entities"])
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+  output_dir = str(tmp_path_factory.mktemp("gp_run"))
+  result = cli.run_script("run_ner_mgpu.py", span_flags(data, output_dir))
+  cli.assert_succeeded(result)
+  return output_dir, result
+
+
+def test_the_span_head_learns_entities_inside_entities(trained, data):
+  output_dir, result = trained
+  metrics = read_eval_results(output_dir)
+  assert metrics["f1"] >= 0.9 and metrics["nested_recall"] >= 0.9, metrics
+  assert "windows (" in result.stderr and "were split)" in result.stderr
+  with open(os.path.join(output_dir, "eval_report.json"), encoding="utf-8") as f:
+    report = json.load(f)
+  assert report["nested"]["support"] > 20  # every ORG's LOC
+  with open(os.path.join(output_dir, "CMeEE_test.json"), encoding="utf-8") as f:
+    predicted = json.load(f)
+  assert [r["text"] for r in predicted] == [r["text"] for r in data["test"]]
+  right = sum(spans_of(p) == spans_of(g) for p, g in zip(predicted, data["test"]))
+  assert right >= 0.8 * len(predicted)
+  nested = [p for p in predicted if len(spans_of(p)) > len(set(e["start_idx"]
+                                                               for e in p["entities"]))]
+  assert nested  # predictions that share a start: an ORG with its LOC
+  with open(os.path.join(output_dir, "labels.txt"), encoding="utf-8") as f:
+    assert f.read().split() == ["LOC", "ORG"]
+
+
+def test_two_towers_give_the_update_of_one_device(data, tmp_path):
+  def run(name, n_gpus, per_tower):
+    output_dir = str(tmp_path / name)
+    cli.assert_succeeded(cli.run_script("run_ner_mgpu.py", span_flags(
+        data, output_dir, do_eval=False, do_predict=False, n_gpus=n_gpus,
+        train_batch_size=per_tower, num_train_epochs=0.2,
+        ner_head="efficient_global_pointer")))
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if not name.endswith(("adam_m", "adam_v")) and name != "global_step"}
+  one, two = run("one", 1, 16), run("two", 2, 8)
+  assert "cls/ner/type_weights" in one and set(one) == set(two)
+  for name in one:
+    np.testing.assert_allclose(two[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_conll_input_predicts_spans_into_json_lines_without_predict_txt(trained, data,
+                                                                        tmp_path):
+  output_dir, _ = trained
+  conll_dir = tmp_path / "conll"
+  conll_dir.mkdir()
+  lines = []
+  for record in data["test"][:5]:
+    lines.extend(u"%s O" % char for char in record["text"])
+    lines.append(u"")
+  (conll_dir / "test.txt").write_text(u"\n".join(lines) + u"\n", encoding="utf-8")
+  before = set(os.listdir(output_dir))
+  result = cli.run_script("run_ner_mgpu.py", span_flags(
+      data, output_dir, data_dir=str(conll_dir), data_format="conll", do_train=False,
+      do_eval=False))
+  cli.assert_succeeded(result)
+  assert "predict_entities.jsonl (no predict.txt)" in result.stderr
+  assert "predict.txt" not in set(os.listdir(output_dir)) - before
+  with open(os.path.join(output_dir, "predict_entities.jsonl"), encoding="utf-8") as f:
+    records = [json.loads(line) for line in f]
+  assert len(records) == 5 and any(r["entities"] for r in records)
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"use_crf": True}, "--use_crf means --ner_head=crf, but --ner_head=global_pointer"),
+    ({"rdrop_alpha": 1.0}, "--rdrop_alpha=1.0 with --ner_head=global_pointer"),
+    ({"export_dir": "EXPORT"}, "--export_dir with --ner_head=global_pointer"),
+])
+def test_refusals_are_one_line_and_write_nothing(data, tmp_path, flags, message):
+  output_dir = str(tmp_path / "out")
+  flags = {k: (str(tmp_path / v) if v == "EXPORT" else v) for k, v in flags.items()}
+  result = cli.run_script("run_ner_mgpu.py", span_flags(data, output_dir, **flags))
+  cli.assert_one_line_error(result, message)
+  assert not os.path.exists(output_dir)
