@@ -465,9 +465,10 @@ class _SpanFile(object):
     if self.tagged is None:
       self.tagged, self._first_line = has_label, line_number
     elif has_label != self.tagged:
+      key = '"%s"' % self._label_key
       raise text_files.line_error(
-          self.path, line_number, "%s \"%s\" but %s %d %s" % (
-              "no" if self.tagged else "a", self._label_key, unit, self._first_line,
+          self.path, line_number, "%s but %s %d %s" % (
+              "no " + key if self.tagged else key + " given", unit, self._first_line,
               "has one" if self.tagged else "has none"), advice)
 
   def add(self, line_number, text, spans, example_id):

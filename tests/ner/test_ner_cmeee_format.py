@@ -9,11 +9,12 @@ import os
 
 import pytest
 
-from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import predictions
 from bert_mgpu.ner import splits
 from bert_mgpu.ner import writers
+import tiny_task_files
+import usage_errors
 
 # Nested (肺 inside 肺部感染, 感染 inside it too), same span with two types (发热), and a
 # record without entities.
@@ -34,9 +35,7 @@ SORTED_SPANS = [[("bod", 2, 3), ("dis", 2, 6), ("sym", 4, 6), ("dis", 7, 9), ("s
 
 
 def write(path, text):
-  with open(str(path), "w", encoding="utf-8", newline="") as f:
-    f.write(text)
-  return str(path)
+  return tiny_task_files.write_text(str(path), text)
 
 
 def read(path):
@@ -45,11 +44,8 @@ def read(path):
 
 
 def error_of(function, *args):
-  with pytest.raises(UsageError) as info:
-    function(*args)
-  message = str(info.value)
-  assert "\n" not in message
-  return message
+  """The one-line UsageError message of function(*args)."""
+  return usage_errors.assert_usage_error(lambda: function(*args))
 
 
 def array_file(tmp_path, records, name="CMeEE_train.json"):
