@@ -136,6 +136,12 @@ def parse_json(text):
   return json.loads(text, object_pairs_hook=_unique_keys_object)
 
 
+def json_decoder():
+  """A json.JSONDecoder that refuses duplicate keys as parse_json does; its raw_decode
+  reads one value at a time out of a longer text (a JSON array element by element)."""
+  return json.JSONDecoder(object_pairs_hook=_unique_keys_object)
+
+
 # Longest value quoted in an error message: the text for repr quotes, the quoted text
 # for JSON quotes (the two callers' limits before they shared this module).
 _MAX_REPR_QUOTED_CHARS = 80

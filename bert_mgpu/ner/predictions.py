@@ -1,13 +1,14 @@
 # coding=utf-8
 """NER's predictions and scores: sentence tags from the windows' predictions, the entity
-scores of a split (bert_mgpu/ner/scoring.py), and the output files (eval_report.*, predict.txt
-or predict.json, predict_entities.jsonl)."""
+scores of a split (bert_mgpu/ner/scoring.py), and the output files (eval_report.*, predict.txt,
+predict.json or CMeEE_test.json, predict_entities.jsonl)."""
 
 import logging
 import os
 
 from bert_mgpu.data import output_files
 from bert_mgpu.ner import featurizing
+from bert_mgpu.ner import formats
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import span_scoring
 from bert_mgpu.ner import span_windows
@@ -48,15 +49,42 @@ def eval_report(result):
   return output_files.EvalReport(ner_scoring.format_report(result), result, sort_keys=True)
 
 
-def write_predictions(output_dir, split, data_format, tags):
-  """predict.txt (conll) or predict.json (cluener), and predict_entities.jsonl."""
+# The submission file of each span format, written by write_predictions.
+SUBMISSION_FILES = {"cluener": "predict.json", "cmeee": "CMeEE_test.json"}
+
+
+def write_predictions(output_dir, split, data_format, tags, spans=None):
+  """Writes the test split's prediction files into output_dir: predict.txt (conll, from
+  the tags), predict.json (cluener) or CMeEE_test.json (cmeee), and predict_entities.jsonl.
+
+  Args:
+    output_dir: the directory.
+    split: the test Split.
+    data_format: one of formats.DATA_FORMATS.
+    tags: per sentence, the predicted tag list; or None when a span head predicts (then
+      conll writes no predict.txt).
+    spans: per sentence, the predicted (type, start, end exclusive) token spans, nested
+      ones allowed; None for the entities of `tags`.
+  """
+  if data_format not in formats.DATA_FORMATS:
+    raise ValueError("data format %r is not one of %s" % (data_format, formats.DATA_FORMATS))
+  sentences = split.data.sentences
+  if spans is None:
+    if tags is None:
+      raise ValueError("write_predictions needs tags or spans")
+    spans = [ner_scoring.entities(sentence_tags) for sentence_tags in tags]
   if data_format == "conll":
-    writers.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data, tags)
-  else:
-    writers.write_cluener_predictions(os.path.join(output_dir, "predict.json"),
-                                      split.data.sentences, tags)
+    if tags is not None:
+      writers.write_conll_predictions(os.path.join(output_dir, "predict.txt"), split.data,
+                                      tags)
+  elif data_format == "cluener":
+    writers.write_cluener_predictions(
+        os.path.join(output_dir, SUBMISSION_FILES["cluener"]), sentences, spans)
+  elif data_format == "cmeee":
+    writers.write_cmeee_predictions(
+        os.path.join(output_dir, SUBMISSION_FILES["cmeee"]), sentences, spans)
   writers.write_predict_entities(os.path.join(output_dir, "predict_entities.jsonl"),
-                                 split.data.sentences, tags)
+                                 sentences, spans)
 
 
 # ---------------------------------------------------------------------------

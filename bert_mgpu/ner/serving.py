@@ -121,7 +121,7 @@ class NerPredictor(kinds.TextPredictor):
       tags = featurizing.tags_from_windows(aligned, windows,
                                            outputs[start:start + len(windows)],
                                            self.labels, self.scheme)
-      records.append(writers.entity_records(sentence, tags))
+      records.append(writers.entity_records(sentence, ner_scoring.entities(tags)))
       start += len(windows)
     return records
 

@@ -22,7 +22,7 @@ from bert_mgpu.ner import span_scoring
 from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import tag_labels
 
-# The scheme CLUENER's spans are written in as tags.
+# The scheme CLUENER's and CMeEE's spans are written in as tags.
 CLUENER_SCHEME = "BIO"
 
 
@@ -69,7 +69,8 @@ def read_splits(data_dir, data_format, split_names, label_list_dir, span_head=Fa
 
   Args:
     data_dir: the directory of the data files.
-    data_format: "conll", "cluener", or "auto" (by the file names in data_dir).
+    data_format: one of formats.DATA_FORMATS, or "auto" (conll or cluener, by the file
+      names in data_dir).
     split_names: the splits to read ("train", "dev", "test"). With "train", the tag list
       comes from the training data; without, from label_list_dir's labels.txt.
     label_list_dir: the output_dir of a --do_train run.
@@ -96,9 +97,10 @@ def read_splits(data_dir, data_format, split_names, label_list_dir, span_head=Fa
   for split in splits.values():
     tag_labels.check_tags(split.data, scheme, label_list if split.data.tagged else None)
     if split.data.dropped_overlaps:
-      tf.logging.warning("%s: %d entities overlap an earlier one and were dropped (first on "
-                         "line %s).", split.data.path, split.data.dropped_overlaps,
-                         split.data.first_overlap_line)
+      # The tags cannot hold them; the sentences' spans still do.
+      tf.logging.warning("%s: %d entities overlap an earlier one and were dropped from the "
+                         "tags (first on line %s).", split.data.path,
+                         split.data.dropped_overlaps, split.data.first_overlap_line)
   tf.logging.info("NER data: %s format, %s scheme, %d tags: %s", data_format, scheme,
                   len(label_list), " ".join(label_list))
   return splits, data_format, label_list, scheme

@@ -220,11 +220,11 @@ def test_cluener_read_bio_and_bioes(tmp_path):
 def test_cluener_written_back_gives_the_same_labels(tmp_path):
   data = formats.read_cluener(cluener_file(tmp_path, CLUENER_LINES))
   for sentence, line in zip(data.sentences, CLUENER_LINES):
-    assert writers.cluener_label(sentence, sentence.tags) == line["label"]
+    assert writers.cluener_label(sentence, sentence.spans) == line["label"]
   again = formats.read_cluener(write(tmp_path / "copy.json",
                                      writers.format_cluener(data.sentences)))
-  assert [(s.text, s.tags, s.example_id) for s in again.sentences] == [
-      (s.text, s.tags, s.example_id) for s in data.sentences]
+  assert [(s.text, s.tags, s.spans, s.example_id) for s in again.sentences] == [
+      (s.text, s.tags, s.spans, s.example_id) for s in data.sentences]
 
 
 def test_cluener_predict_json(tmp_path):
@@ -234,8 +234,7 @@ def test_cluener_predict_json(tmp_path):
   assert not data.tagged
   out = str(tmp_path / "predict.json")
   writers.write_cluener_predictions(out, data.sentences,
-                                    [["B-name", "I-name"], ["B-address", "I-address"],
-                                     ["O", "O"]])
+                                    [[("name", 0, 2)], [("address", 0, 2)], []])
   assert [json.loads(line) for line in read(out).splitlines()] == [
       {"id": 0, "label": {"name": {u"李明": [[0, 1]]}}},
       {"id": 2, "label": {"address": {u"北京": [[0, 1]]}}},  # line 3: index 2
@@ -294,18 +293,19 @@ def test_data_dir_files(tmp_path):
 
 def test_predict_entities_offsets(tmp_path):
   data = formats.read_cluener(cluener_file(tmp_path, CLUENER_LINES))
-  records = [writers.entity_records(s, s.tags) for s in data.sentences]
+  records = [writers.entity_records(s, s.spans) for s in data.sentences]
   assert records[0]["entities"][2] == {"type": "product", "start": 7, "end": 13,
                                        "text": u"iPhone"}
   for record in records:
     for entity in record["entities"]:
       assert record["text"][entity["start"]:entity["end"]] == entity["text"]
   words = formats.read_conll(write(tmp_path / "w.txt", u"我 O\n爱 O\nNew B-LOC\nYork I-LOC\n"))
-  record = writers.entity_records(words.sentences[0], words.sentences[0].tags)
+  assert words.sentences[0].spans == [("LOC", 2, 4)]
+  record = writers.entity_records(words.sentences[0], words.sentences[0].spans)
   assert record == {"text": u"我爱New York", "entities": [
       {"type": "LOC", "start": 2, "end": 10, "text": u"New York"}]}
   out = str(tmp_path / "predict_entities.jsonl")
-  writers.write_predict_entities(out, data.sentences, [s.tags for s in data.sentences])
+  writers.write_predict_entities(out, data.sentences, [s.spans for s in data.sentences])
   assert [json.loads(line) for line in read(out).splitlines()] == records
 
 

@@ -155,7 +155,7 @@ def test_export_gives_the_tags_of_do_predict(trained):
     tags = featurizing.tags_from_windows(aligned, sentence_windows,
                                          tag_ids[start:start + len(sentence_windows)], labels,
                                          scheme)
-    records.append(writers.entity_records(sentence, tags))
+    records.append(writers.entity_records(sentence, ner_scoring.entities(tags)))
     start += len(sentence_windows)
   assert json.loads(json.dumps(records)) == trained["expected"]
 
