@@ -194,8 +194,9 @@ def span_labels(span_triples, num_types, seq_length):
   """The dense labels of the records' spans.
 
   Args:
-    span_triples: int [batch, max_spans, 3]: (type, start, end) with positions in the
-      window (end inclusive); rows padded with -1.
+    span_triples: int [batch, max_spans * 3] (the records' layout) or
+      [batch, max_spans, 3]: (type, start, end) with positions in the window (end
+      inclusive); padded with -1.
     num_types: entity types.
     seq_length: the batch's (possibly trimmed) length.
 
@@ -203,6 +204,7 @@ def span_labels(span_triples, num_types, seq_length):
     float32 [batch, types, seq, seq], 1 at each span.
   """
   triples = tf.cast(span_triples, tf.int32)
+  triples = tf.reshape(triples, [tf.shape(triples)[0], -1, 3])  # [batch, max_spans, 3]
   valid = triples[..., 0] >= 0  # [batch, max_spans]
   rows = tf.broadcast_to(tf.range(tf.shape(triples)[0])[:, None], tf.shape(valid))
   indices = tf.stack([rows, tf.maximum(triples[..., 0], 0), tf.maximum(triples[..., 1], 0),
