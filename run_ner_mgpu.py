@@ -45,9 +45,10 @@ def define_flags():
   """Defines the flags; called only under __main__, so the module imports anywhere."""
   flags = tf.flags
   flags.DEFINE_string("data_dir", None, "Directory with train/dev/test files (conll .txt, "
-                      ".bio, .bmes, .char.bmes, or CLUENER .json).")
+                      ".bio, .bmes, .char.bmes; CLUENER .json; CMeEE_*.json).")
   flags.DEFINE_enum("data_format", "auto", ["auto"] + list(formats.DATA_FORMATS),
-                    "conll, cluener, or auto: by the file names in --data_dir.")
+                    "conll, cluener, cmeee (CBLUE's CMeEE JSON), or auto: conll or cluener "
+                    "by the file names in --data_dir.")
   command_line.define_shared_flags([
       "bert_config_file", "vocab_file", "output_dir", "init_checkpoint", "do_lower_case",
       "max_seq_length", "do_train", "do_eval", "do_predict", "train_batch_size",

@@ -55,6 +55,35 @@ def span_settings(do_lower_case, max_seq_length, doc_stride, ner_head):
       ("ner_head", ner_head)])
 
 
+# The bound on one tower's span scores, [batch, types, seq, seq] float32 (docs/NER.md). The
+# head holds several tensors of that size while training (the masked scores, the labels, the
+# loss's terms and their gradients), so the bound keeps the head's share of memory to a few
+# GiB per tower.
+SCORE_BYTES_BOUND = 1 << 30
+
+
+def check_score_memory(head, per_tower_batches, num_types, max_seq_length):
+  """Refuses batches whose span scores alone exceed SCORE_BYTES_BOUND on a tower.
+
+  Args:
+    head: the --ner_head value, for the message.
+    per_tower_batches: list of (flag name, examples per tower).
+    num_types: entity types.
+    max_seq_length: the windows' length.
+
+  Raises:
+    UsageError: naming the figure, the bound and what to lower.
+  """
+  for flag, batch_size in per_tower_batches:
+    size = 4 * batch_size * num_types * max_seq_length ** 2
+    if size > SCORE_BYTES_BOUND:
+      raise UsageError(
+          "--ner_head=%s: the span scores of one tower's batch take %.1f GiB (%s=%d x %d "
+          "types x %d^2 pairs x 4 bytes), above the %d GiB bound (docs/NER.md); lower %s or "
+          "--max_seq_length." % (head, size / 2.0 ** 30, flag, batch_size, num_types,
+                                 max_seq_length, SCORE_BYTES_BOUND >> 30, flag))
+
+
 def check_head(checkpoint, head):
   """Refuses a checkpoint to predict with that has no span head, or the other variant's.
 

@@ -121,9 +121,17 @@ class NerTask(job.Task):
     return len(self.splits["train"].windows), "training windows"
 
   def check_start(self, config):
-    """Without training, the checkpoint to tag with must hold the tagging head (and the CRF
-    with use_crf). Training starts from a pretrained BERT, which has no head."""
-    del config
+    """A span head's scores must fit their bound. Without training, the checkpoint to tag
+    with must hold the head (and the CRF with use_crf). Training starts from a pretrained
+    BERT, which has no head."""
+    s = self.settings
+    if s.span_head:
+      batches = [(flag, size) for flag, size, wanted in (
+          ("--train_batch_size", config.train_batch_size, self.job_settings.do_train),
+          ("--eval_batch_size", config.eval_batch_size, s.do_eval),
+          ("--predict_batch_size", config.predict_batch_size, s.do_predict)) if wanted]
+      global_pointer.check_score_memory(s.ner_head, batches, len(self.label_list),
+                                        s.max_seq_length)
     if not self.job_settings.do_train:
       checkpoint, _ = checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
                                                            self.job_settings.init_checkpoint,

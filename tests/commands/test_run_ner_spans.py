@@ -162,6 +162,8 @@ def test_conll_input_predicts_spans_into_json_lines_without_predict_txt(trained,
     ({"use_crf": True}, "--use_crf means --ner_head=crf, but --ner_head=global_pointer"),
     ({"rdrop_alpha": 1.0}, "--rdrop_alpha=1.0 with --ner_head=global_pointer"),
     ({"export_dir": "EXPORT"}, "--export_dir with --ner_head=global_pointer"),
+    ({"eval_batch_size": 300000}, "take 1.3 GiB (--eval_batch_size=300000 x 2 types x "
+                                  "24^2 pairs x 4 bytes), above the 1 GiB bound"),
 ])
 def test_refusals_are_one_line_and_write_nothing(data, tmp_path, flags, message):
   output_dir = str(tmp_path / "out")
