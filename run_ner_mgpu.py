@@ -97,12 +97,7 @@ def ner_head():
   if FLAGS.use_crf and FLAGS["ner_head"].present and FLAGS.ner_head != "crf":
     raise UsageError("--use_crf means --ner_head=crf, but --ner_head=%s; drop one."
                      % FLAGS.ner_head)
-  head = "crf" if FLAGS.use_crf else FLAGS.ner_head
-  if head in global_pointer.SPAN_HEADS and FLAGS.export_dir:
-    raise UsageError("--export_dir with --ner_head=%s: exporting and serving the span heads "
-                     "is not built yet; drop --export_dir (the output_dir keeps the model)."
-                     % head)
-  return head
+  return "crf" if FLAGS.use_crf else FLAGS.ner_head
 
 
 def settings_from_flags(export_format):

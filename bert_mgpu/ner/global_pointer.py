@@ -24,8 +24,6 @@ The scores are [batch, types, seq, seq] float32: the masking (pairs outside the 
 pieces, end before start) is computed in float32 under any --precision.
 """
 
-import collections
-
 import numpy as np
 import tensorflow.compat.v1 as tf
 
@@ -42,19 +40,6 @@ ROTARY_BASE = 10000.0
 
 SPAN_WEIGHTS = ner_model.HEAD_SCOPE + "/span_weights"
 TYPE_WEIGHTS = ner_model.HEAD_SCOPE + "/type_weights"
-# model_settings.json's "model" of a span head's output_dir. Serving it is not built yet:
-# no servable kind has this name, so predict_text.py refuses it in one line.
-SPAN_KIND = "ner_spans"
-
-
-def span_settings(do_lower_case, max_seq_length, doc_stride, ner_head):
-  """The model_settings.json content of a span head's model."""
-  return collections.OrderedDict([
-      ("model", SPAN_KIND), ("do_lower_case", bool(do_lower_case)),
-      ("max_seq_length", int(max_seq_length)), ("doc_stride", int(doc_stride)),
-      ("ner_head", ner_head)])
-
-
 # The bound on one tower's span scores, [batch, types, seq, seq] float32 (docs/NER.md). The
 # head holds several tensors of that size while training (the masked scores, the labels, the
 # loss's terms and their gradients), so the bound keeps the head's share of memory to a few

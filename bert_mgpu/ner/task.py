@@ -26,6 +26,7 @@ from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import predictions
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
+from bert_mgpu.ner import span_serving
 from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import splits as ner_splits
 from bert_mgpu.serving import model_files
@@ -75,8 +76,8 @@ class NerSettings(object):
   def model_settings(self):
     """The model_settings.json of a model trained with these settings (ner/serving.py)."""
     if self.span_head:
-      return global_pointer.span_settings(self.do_lower_case, self.max_seq_length,
-                                          self.doc_stride, self.ner_head)
+      return span_serving.span_settings(self.do_lower_case, self.max_seq_length,
+                                        self.doc_stride, self.ner_head)
     return ner_serving.ner_settings(self.do_lower_case, self.max_seq_length, self.doc_stride,
                                     self.use_crf)
 
@@ -139,8 +140,8 @@ class NerTask(job.Task):
       self.check_head(checkpoint, self.settings.model_settings())
 
   def check_head(self, checkpoint, model_settings):
-    if self.settings.span_head:
-      global_pointer.check_head(checkpoint, self.settings.ner_head)
+    if model_settings["model"] == span_serving.SPAN_KIND:
+      global_pointer.check_head(checkpoint, model_settings["ner_head"])
     else:
       ner_model.check_head(checkpoint, bool(model_settings["use_crf"]))
 
@@ -251,7 +252,8 @@ class NerTask(job.Task):
   def model_files_to_export(self):
     return model_files.find_model_files(
         self.job_settings.output_dir, "train it with this version of run_ner_mgpu.py "
-        "--do_train, which saves them there.", (ner_serving.NER_KIND,))
+        "--do_train, which saves them there.",
+        (ner_serving.NER_KIND, span_serving.SPAN_KIND))
 
 
 def log_tag_skew(config, windows, num_tags, shuffle_buffer, window_spans=None):

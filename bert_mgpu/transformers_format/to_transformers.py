@@ -22,6 +22,7 @@ from bert_mgpu.data import label_files
 from bert_mgpu.data import output_files
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf_numpy
+from bert_mgpu.ner import global_pointer
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import model_files
@@ -178,6 +179,12 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
                             "bert_config_file")
   bert_config = model_config.read_json(config_path)
   _check_body(arrays, bert_config, source.checkpoint)
+  if global_pointer.SPAN_WEIGHTS in arrays:
+    # Converting the body alone would lose the head without a word; refusing says so.
+    raise UsageError("%s has a span head (--ner_head=global_pointer or "
+                     "efficient_global_pointer), for which transformers has no class: it is not "
+                     "converted. Serve it from its output_dir or an export (docs/NER.md)."
+                     % source.checkpoint)
   head = heads.detect(arrays)
   vocab = model_config.read_vocab_lines(
       _model_file(source.directory, model_files.VOCAB_FILE, vocab_file, "vocab_file"))

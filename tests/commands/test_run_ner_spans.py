@@ -9,6 +9,7 @@ towers on logical CPU devices.
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -92,10 +93,17 @@ def spans_of(record):
   return sorted((e["type"], e["start_idx"], e["end_idx"]) for e in record["entities"])
 
 
+TF1 = tf.__version__.startswith("1.")
+
+
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
-  output_dir = str(tmp_path_factory.mktemp("gp_run"))
-  result = cli.run_script("run_ner_mgpu.py", span_flags(data, output_dir))
+  """The GlobalPointer run, exported (SavedModel, and ONNX on TF 2.x)."""
+  root = str(tmp_path_factory.mktemp("gp_run"))
+  output_dir = os.path.join(root, "model")
+  result = cli.run_script("run_ner_mgpu.py", span_flags(
+      data, output_dir, export_dir=os.path.join(root, "exports"),
+      export_format="savedmodel" if TF1 else "both"))
   cli.assert_succeeded(result)
   return output_dir, result
 
@@ -161,13 +169,69 @@ def test_conll_input_predicts_spans_into_json_lines_without_predict_txt(trained,
 @pytest.mark.parametrize("flags, message", [
     ({"use_crf": True}, "--use_crf means --ner_head=crf, but --ner_head=global_pointer"),
     ({"rdrop_alpha": 1.0}, "--rdrop_alpha=1.0 with --ner_head=global_pointer"),
-    ({"export_dir": "EXPORT"}, "--export_dir with --ner_head=global_pointer"),
     ({"eval_batch_size": 300000}, "take 1.3 GiB (--eval_batch_size=300000 x 2 types x "
                                   "24^2 pairs x 4 bytes), above the 1 GiB bound"),
 ])
 def test_refusals_are_one_line_and_write_nothing(data, tmp_path, flags, message):
   output_dir = str(tmp_path / "out")
-  flags = {k: (str(tmp_path / v) if v == "EXPORT" else v) for k, v in flags.items()}
   result = cli.run_script("run_ner_mgpu.py", span_flags(data, output_dir, **flags))
   cli.assert_one_line_error(result, message)
   assert not os.path.exists(output_dir)
+
+
+def read_jsonl(path):
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f]
+
+
+def test_predict_text_on_the_output_dir_and_the_exports_gives_the_runs_entities(trained,
+                                                                              data, tmp_path):
+  output_dir, _ = trained
+  expected = read_jsonl(os.path.join(output_dir, "predict_entities.jsonl"))
+  texts_file = str(tmp_path / "texts.txt")
+  with open(texts_file, "w", encoding="utf-8") as f:
+    f.write(u"".join(record["text"] + u"\n" for record in data["test"]))
+  export_dir = os.path.join(os.path.dirname(output_dir), "exports")
+  sources = [["--output_dir=" + output_dir], ["--export_dir=" + export_dir]]
+  if not TF1:
+    sources.append(["--export_dir=" + export_dir, "--backend=onnxruntime"])
+  for source in sources:
+    output_file = str(tmp_path / "predicted.jsonl")
+    cli.assert_succeeded(cli.run_script("predict_text.py", source + [
+        "--input_file=" + texts_file, "--output_file=" + output_file,
+        "--predict_batch_size=5"]))
+    assert read_jsonl(output_file) == expected, source
+  assert any(len(r["entities"]) > len(set(e["start"] for e in r["entities"]))
+             for r in expected)  # nested entities among them
+
+
+def test_serve_answers_nested_entities(trained, data, tmp_path):
+  output_dir, _ = trained
+  expected = read_jsonl(os.path.join(output_dir, "predict_entities.jsonl"))
+  running = cli.RunningScript("predict_text.py", [
+      "--output_dir=" + output_dir, "--serve=0", "--host=127.0.0.1", "--max_batch=4"],
+                              str(tmp_path / "stderr.txt"))
+  with running:
+    running.wait_for(lambda: re.search(r"Serving on (http://\S+)", running.stderr()),
+                     "the server listening")
+    url = re.search(r"Serving on (http://\S+)", running.stderr()).group(1)
+    running.wait_for(lambda: cli.http_json(url + "/healthz", None, 60)[0] == 200,
+                     "the model ready")
+    rows = [0, 3, 1, 7, 2]
+    status, reply = cli.http_json(url + "/predict", json.dumps(
+        {"texts": [data["test"][i]["text"] for i in rows]}).encode("utf-8"), 60)
+    assert status == 200, reply
+    assert reply == {"entities": [expected[i]["entities"] for i in rows]}
+    assert cli.http_json(url + "/labels", None, 60)[1]["labels"] == ["LOC", "ORG"]
+    running.signal(15)
+    assert running.wait() == 0
+
+
+def test_conversion_to_transformers_refuses_a_span_head_and_writes_nothing(trained, tmp_path):
+  output_dir, _ = trained
+  target = str(tmp_path / "hf")
+  result = cli.run_script("convert_checkpoint.py", ["--to=transformers",
+                                                    "--input=" + output_dir,
+                                                    "--output=" + target])
+  cli.assert_one_line_error(result, "has a span head", "transformers has no class")
+  assert not os.path.exists(target)
