@@ -1,0 +1,480 @@
+# coding=utf-8
+"""Our GlobalPointer and Efficient GlobalPointer span heads (--ner_head) against a PyTorch
+reference written here from the paper's definition, on transformers' BertModel, from the
+same start.
+
+Two steps, one per virtualenv:
+
+  .venv-tf2/bin/python benchmarks/global_pointer_vs_torch.py ours --out /tmp/gp.npz
+  /work/bench-venv/bin/python benchmarks/global_pointer_vs_torch.py torch --ours /tmp/gp.npz
+
+`ours` writes STEPS batches of made-up windows (random pieces, lengths differing per row,
+a few spans per window with nested ones, spans sharing their boundaries under two types,
+windows without any) as the span heads' records (ner/splits.py's span_window_records into a
+TFRecord file), reads them back with tfrecord_io.make_dataset (each batch cut to its longest
+window) and ner/splits.py's with_span_loss_weights, and trains
+bert_mgpu.ner.global_pointer.create_model_fn's model for each head in HEADS through
+multigpu.build_training, on 1 tower and on 2 (logical CPU devices), with the settings of
+layerwise_lr_vs_torch.py and adversarial_vs_torch.py: layerwise_lr_vs_torch.py's tiny
+BERT (dropout 0, weights drawn once by NumPy under Google's names, the head's too),
+`--adam_bias_correction` AdamW (lr 1e-3, eps 1e-6, weight decay 0.01 except LayerNorm and
+biases), Google's rate without warmup (so that the first update moves the weights), global
+norm clip 1.0.
+
+`torch` loads the same weights into transformers' BertModel (eager attention, eval mode,
+dropout 0) and a span head written here from the paper (Su Jianlin 2021, GlobalPointer and
+Efficient GlobalPointer; see SpanHead and rotary): per-type query/key projections (or one
+shared projection, queries at its even outputs and keys at its odd ones, plus per-type
+start and end biases from a dense layer over it, halved), rotary position embedding on the
+interleaved pairs (2i, 2i + 1) with base 10000 computed as a complex product, score
+q.k / sqrt(head_size), pairs off the window's pieces ([CLS], [SEP], padding) and pairs that
+end before they start left out of the loss, and the multi-label categorical cross-entropy
+log(1 + sum_neg e^s) + log(1 + sum_pos e^-s) averaged over the (window, type) rows. It trains
+on the same batches with torch.nn.utils.clip_grad_norm_(1.0) and torch.optim.AdamW (eps 1e-6,
+decay groups as ours) in float32 and in float64 (to tell float32's rounding from a
+difference in the arithmetic), and, for contrast, once per variant of CONTRASTS: the rotary
+pairs taken as (i, i + head_size/2) (the other common layout), the [SEP] pair counted as a
+candidate (the pieces' edge moved by one), and, for the efficient head, the start and end
+biases swapped; a comparison that could not tell those apart would mean little.
+
+Printed per head: the initial loss on each side; per step the losses, the gradient norms and
+the largest |ours - torch| of the weights relative to the largest change of torch's weights
+so far, for our 1- and 2-tower runs, against torch in float64, and ours on 1 tower against
+ours on 2; where the first step differs most; the first step's difference from each
+contrast. `torch --summary F.json` also writes these figures as JSON (the test reads them).
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import adversarial_vs_torch  # pylint: disable=wrong-import-position
+import layerwise_lr_vs_torch as same_start  # pylint: disable=wrong-import-position
+
+CONFIG = same_start.CONFIG  # hidden 32, 3 layers, 4 heads, vocab 60, 16 positions, dropout 0
+SEQ, BATCH, NUM_TYPES, MAX_SPANS, HEAD_SIZE = 16, 8, 3, 6, 64
+STEPS, PEAK_LR, NUM_TRAIN_STEPS = same_start.STEPS, same_start.PEAK_LR, same_start.NUM_TRAIN_STEPS
+WEIGHT_DECAY = same_start.WEIGHT_DECAY
+WARMUP = 0  # Google's rate is 0 at step 0 under any warmup: without, the first update moves
+HEADS = ("global_pointer", "efficient_global_pointer")  # global_pointer.SPAN_HEADS
+# The reference's variants that are not the paper's, per head, for contrast (train_torch).
+CONTRASTS = {HEADS[0]: ("halves", "sep_candidate"),
+             HEADS[1]: ("halves", "sep_candidate", "biases_swapped")}
+TOWERS = (1, 2)
+CLS_ID, SEP_ID = 2, 3
+BATCH_FEATURES = ("input_ids", "input_mask", "segment_ids", "span_triples")
+
+# The head's torch parameters -> (Google-style name, transposed between the layouts).
+HEAD_NAMES = {"head.span.weight": ("cls/ner/span_weights", True),
+              "head.span.bias": ("cls/ner/span_bias", False),
+              "head.types.weight": ("cls/ner/type_weights", True),
+              "head.types.bias": ("cls/ner/type_bias", False)}
+
+Window = collections.namedtuple("Window", ["input_ids", "input_mask", "segment_ids"])
+
+
+def run_name(head, towers):
+  return "%s, %d tower%s" % (head, towers, "" if towers == 1 else "s")
+
+
+def run_key(run, step, name):
+  return "%s/%d/%s" % (run, step, name)
+
+
+# ---------------------------------------------------------------------------
+# The data (NumPy only)
+# ---------------------------------------------------------------------------
+
+def window_spans(rng, length, row):
+  """Made-up (type, start, end) spans over the pieces 1 .. length - 2 of a window: none on
+  every fifth row; else an outer span, one nested inside it (on rows with room), a span of
+  one piece elsewhere, and on every third row the outer span again under another type."""
+  last = length - 2  # the last piece
+  if row % 5 == 4 or last < 1:
+    return []
+  spans = []
+  start = rng.randint(1, last + 1)
+  end = rng.randint(start, last + 1)
+  outer_type = rng.randint(NUM_TYPES)
+  spans.append((outer_type, start, end))
+  if end - start >= 1:
+    inner_start = rng.randint(start, end + 1)
+    inner_end = rng.randint(inner_start, end + 1)
+    spans.append((int(rng.randint(NUM_TYPES)), inner_start, inner_end))
+  if row % 3 == 0:
+    spans.append(((outer_type + 1) % NUM_TYPES, start, end))
+  single = rng.randint(1, last + 1)
+  if not start <= single <= end:
+    spans.append((int(rng.randint(NUM_TYPES)), single, single))
+  spans = sorted(set((int(t), int(s), int(e)) for t, s, e in spans))
+  assert len(spans) <= MAX_SPANS and all(1 <= s <= e <= last for _, s, e in spans)
+  return spans
+
+
+def windows(seed=1):
+  """STEPS x BATCH windows (Window, each padded to SEQ) and their spans, in batch order."""
+  rng = np.random.RandomState(seed)
+  result, spans = [], []
+  for step in range(STEPS):
+    # Odd batches reach the full length, even ones stop short of it: the input pipeline
+    # cuts those to their longest window.
+    lengths = rng.randint(4, SEQ + 1 if step % 2 else SEQ - 3, size=BATCH)
+    for row, length in enumerate(lengths):
+      ids = [CLS_ID] + list(rng.randint(5, CONFIG["vocab_size"], size=length - 2)) + [SEP_ID]
+      pad = [0] * (SEQ - length)
+      result.append(Window([int(i) for i in ids] + pad, [1] * length + pad, [0] * SEQ))
+      spans.append(window_spans(rng, length, row))
+  return result, spans
+
+
+def nested_count(spans):
+  """Spans lying inside another of the same window (boundaries within, not equal)."""
+  return sum(any(s2 <= s <= e <= e2 and (s, e) != (s2, e2) for _, s2, e2 in row)
+             for row in spans for _, s, e in row)
+
+
+# ---------------------------------------------------------------------------
+# Ours
+# ---------------------------------------------------------------------------
+
+def our_batches(tf, towers, record_file):
+  """The STEPS batches of the records as the span heads' input pipeline gives them for
+  `towers` towers: {input_ids, input_mask, segment_ids, span_triples, loss_weight}."""
+  # pylint: disable=import-outside-toplevel
+  from bert_mgpu.data import tfrecord_io
+  from bert_mgpu.ner import splits
+  with tf.Graph().as_default():
+    dataset = tfrecord_io.make_dataset([record_file], splits.span_feature_spec(SEQ, MAX_SPANS),
+                                       BATCH, is_training=False)
+    dataset = splits.with_span_loss_weights(dataset, towers, NUM_TYPES)
+    batch = tf.data.make_one_shot_iterator(dataset).get_next()
+    with tf.Session() as sess:
+      return [sess.run(batch) for _ in range(STEPS)]
+
+
+def run_ours(out):
+  # pylint: disable=import-outside-toplevel
+  import tensorflow.compat.v1 as tf
+  from bert_mgpu.data import tfrecord_io
+  from bert_mgpu.ner import global_pointer
+  from bert_mgpu.ner import splits
+  import modeling
+  import multigpu
+  tf.disable_eager_execution()
+  assert tuple(global_pointer.SPAN_HEADS) == HEADS, global_pointer.SPAN_HEADS
+  config = modeling.BertConfig.from_dict(CONFIG)
+  all_windows, all_spans = windows()
+  arrays = {}
+  with tempfile.TemporaryDirectory() as directory:
+    record_file = os.path.join(directory, "spans.tf_record")
+    tfrecord_io.write_records_atomically(
+        record_file, splits.span_window_records(all_windows, all_spans, MAX_SPANS))
+    data = {towers: our_batches(tf, towers, record_file) for towers in TOWERS}
+  for step, batch in enumerate(data[1]):
+    for name in BATCH_FEATURES:
+      arrays["batch/%d/%s" % (step, name)] = batch[name]
+  print("%d batches of %d windows, cut to lengths %s; %d spans, %d of them nested, %d windows "
+        "without any" % (STEPS, BATCH, [b["input_ids"].shape[1] for b in data[1]],
+                         sum(map(len, all_spans)), nested_count(all_spans),
+                         sum(not s for s in all_spans)))
+  for head in HEADS:
+    initial = None
+    for towers in TOWERS:
+      run = run_name(head, towers)
+      plan = multigpu.plan_devices(towers, visible_gpus=0)
+      with tf.Graph().as_default():
+        placeholders = {
+            name: tf.placeholder(value.dtype, [None] * value.ndim, name=name)
+            for name, value in data[towers][0].items()}
+        ops = multigpu.build_training(
+            plan, global_pointer.create_model_fn(config, NUM_TYPES, head, SEQ), placeholders,
+            PEAK_LR, NUM_TRAIN_STEPS, WARMUP, "adamw", clip_norm=1.0,
+            adam_bias_correction=True)
+        variables = tf.trainable_variables()
+        if initial is None:
+          initial = same_start.draw_weights({v.op.name: v.shape.as_list() for v in variables})
+        session_config = plan.session_config()
+        session_config.intra_op_parallelism_threads = 1
+        with tf.Session(config=session_config) as sess:
+          sess.run(tf.global_variables_initializer())
+          sess.run([var.assign(initial[var.op.name]) for var in variables])
+          for step, batch in enumerate(data[towers]):
+            feed = {placeholders[k]: v for k, v in batch.items()}
+            arrays[run_key(run, step, "lr")] = sess.run(ops.learning_rate)
+            _, arrays[run_key(run, step, "global_norm")], arrays[run_key(run, step, "loss")] = \
+                sess.run([ops.train_op, ops.global_norm, ops.loss], feed)
+            for var, value in zip(variables, sess.run(variables)):
+              arrays[run_key(run, step, var.op.name)] = value
+      print("%s: losses %s" % (run, " ".join(
+          "%.6f" % arrays[run_key(run, s, "loss")] for s in range(STEPS))))
+    arrays.update({"initial/%s/%s" % (head, name): value for name, value in initial.items()})
+  arrays["tensorflow_version"] = np.array(tf.__version__)
+  np.savez(out, **arrays)
+  print("wrote %s (TensorFlow %s)" % (out, tf.__version__))
+
+
+# ---------------------------------------------------------------------------
+# The PyTorch reference
+# ---------------------------------------------------------------------------
+
+def rotary(torch, vectors, pairs="interleaved"):
+  """Rotary position embedding of vectors [batch, seq, ..., head_size]: pair i at position p
+  turned by the angle p * 10000^(-2i / head_size), as the complex product
+  (x_a + i x_b) e^(i angle). The pair is (x[2i], x[2i + 1]) ("interleaved", the paper's) or
+  (x[i], x[i + head_size / 2]) ("halves", for contrast)."""
+  seq, size = vectors.shape[1], vectors.shape[-1]
+  exponents = torch.arange(0, size, 2, dtype=torch.float64) / size
+  angles = torch.arange(seq, dtype=torch.float64)[:, None] * 10000.0 ** (-exponents)[None, :]
+  turns = torch.polar(torch.ones_like(angles), angles)  # [seq, size / 2], complex128
+  turns = turns.reshape([1, seq] + [1] * (vectors.dim() - 3) + [size // 2])
+  if pairs == "interleaved":
+    split = vectors.reshape(vectors.shape[:-1] + (size // 2, 2))
+  else:
+    split = vectors.reshape(vectors.shape[:-1] + (2, size // 2)).transpose(-1, -2)
+  complex_pairs = torch.view_as_complex(split.contiguous())
+  turned = torch.view_as_real(complex_pairs * turns.to(complex_pairs.dtype))
+  if pairs != "interleaved":
+    turned = turned.transpose(-1, -2)
+  return turned.reshape(vectors.shape)
+
+
+def make_model(torch, transformers, head, dtype, variant="paper"):
+  """transformers' BertModel (as .bert) and the span head written here (as .head); variant
+  "halves" lays the rotary pairs out as halves, "biases_swapped" reads the efficient head's
+  even outputs as the start bias and the odd ones as the end bias."""
+  pairs = "halves" if variant == "halves" else "interleaved"
+  import hf_common  # pylint: disable=import-outside-toplevel
+
+  class SpanHead(torch.nn.Module):
+    """GlobalPointer or Efficient GlobalPointer over BERT's sequence output."""
+
+    def __init__(self, hidden, efficient):
+      super().__init__()
+      self.efficient = efficient
+      if efficient:
+        self.span = torch.nn.Linear(hidden, 2 * HEAD_SIZE)
+        self.types = torch.nn.Linear(2 * HEAD_SIZE, 2 * NUM_TYPES)
+      else:
+        self.span = torch.nn.Linear(hidden, NUM_TYPES * 2 * HEAD_SIZE)
+
+    def forward(self, sequence):
+      """[batch, types, seq (start m), seq (end n)] scores, nothing masked."""
+      projected = self.span(sequence)
+      if self.efficient:
+        queries = rotary(torch, projected[..., 0::2], pairs)
+        keys = rotary(torch, projected[..., 1::2], pairs)
+        shared = torch.einsum("bmd,bnd->bmn", queries, keys) / HEAD_SIZE ** 0.5
+        biases = self.types(projected).permute(0, 2, 1) / 2  # [batch, 2 * types, seq]
+        end_bias, start_bias = biases[:, 0::2], biases[:, 1::2]  # [batch, types, seq]
+        if variant == "biases_swapped":
+          end_bias, start_bias = start_bias, end_bias
+        return shared[:, None] + start_bias[:, :, :, None] + end_bias[:, :, None, :]
+      batch, seq = projected.shape[:2]
+      projected = projected.reshape(batch, seq, NUM_TYPES, 2 * HEAD_SIZE)
+      queries = rotary(torch, projected[..., :HEAD_SIZE], pairs)
+      keys = rotary(torch, projected[..., HEAD_SIZE:], pairs)
+      return torch.einsum("bmtd,bntd->btmn", queries, keys) / HEAD_SIZE ** 0.5
+
+  class SpanModel(torch.nn.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.bert = transformers.BertModel(
+          hf_common.hf_bert_config(CONFIG, NUM_TYPES, attn_implementation="eager"))
+      self.head = SpanHead(CONFIG["hidden_size"], head == HEADS[1])
+
+    def forward(self, input_ids, input_mask, segment_ids):
+      sequence = self.bert(input_ids=input_ids, attention_mask=input_mask,
+                           token_type_ids=segment_ids).last_hidden_state
+      return self.head(sequence)
+
+  model = SpanModel()
+  model.eval()  # dropout is 0 anyway
+  return model.to(dtype)
+
+
+def google_name(hf_name):
+  if hf_name in HEAD_NAMES:
+    return HEAD_NAMES[hf_name]
+  import weight_names  # pylint: disable=import-outside-toplevel
+  return weight_names.google_name(hf_name)
+
+
+def load_weights(torch, model, arrays):
+  with torch.no_grad():
+    for hf_name, param in model.named_parameters():
+      name, transpose = google_name(hf_name)
+      value = arrays[name].T if transpose else arrays[name]
+      assert tuple(value.shape) == tuple(param.shape), (hf_name, value.shape, param.shape)
+      param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+
+def google_arrays(model):
+  arrays = {}
+  for hf_name, param in model.named_parameters():
+    name, transpose = google_name(hf_name)
+    value = param.detach().cpu().numpy()
+    arrays[name] = np.array(value.T if transpose else value)
+  return arrays
+
+
+def span_loss(torch, scores, input_mask, span_triples, edge=0):
+  """The paper's loss: per (window, type) row, log(1 + sum over the row's other candidate
+  pairs of e^s) + log(1 + sum over its gold spans of e^-s), averaged over the rows. The
+  candidate pairs: start <= end, both on a piece (not [CLS], [SEP] or padding); edge=1
+  (a contrast) lets the [SEP] position count as a piece."""
+  batch, types, seq = scores.shape[:3]
+  lengths = input_mask.sum(dim=1)
+  positions = torch.arange(seq)
+  last_piece = lengths[:, None] - 2 + edge
+  on_piece = (positions[None] >= 1) & (positions[None] <= last_piece)  # [batch, seq]
+  candidate = (on_piece[:, :, None] & on_piece[:, None, :] &
+               (positions[:, None] <= positions[None, :])[None])  # [batch, m, n]
+  candidate = candidate[:, None].expand(batch, types, seq, seq)
+  gold = torch.zeros(batch, types, seq, seq, dtype=torch.bool)
+  for row, triples in enumerate(span_triples.reshape(batch, -1, 3).tolist()):
+    for span_type, start, end in triples:
+      if span_type >= 0:
+        gold[row, span_type, start, end] = True
+  assert bool((candidate | ~gold).all()), "a gold span on a pair that is no candidate"
+  flat = scores.reshape(batch * types, -1)
+  negative = (candidate & ~gold).reshape(batch * types, -1)
+  gold = gold.reshape(batch * types, -1)
+  none = torch.tensor(-float("inf"), dtype=scores.dtype)
+  zero = torch.zeros(batch * types, 1, dtype=scores.dtype)
+  rows = (torch.logsumexp(torch.cat([torch.where(negative, flat, none), zero], dim=1), dim=1) +
+          torch.logsumexp(torch.cat([torch.where(gold, -flat, none), zero], dim=1), dim=1))
+  return rows.mean()
+
+
+def train_torch(head, initial, data, dtype="float32", variant="paper"):
+  """torch's STEPS steps (variant: "paper" or one of CONTRASTS): per step, (its weights under
+  Google's names after the step, the rate factor, the norm before clipping, the loss before
+  the step)."""
+  # pylint: disable=import-outside-toplevel
+  import torch
+  import transformers
+  import hf_common
+  model = make_model(torch, transformers, head, getattr(torch, dtype), variant)
+  load_weights(torch, model, initial)
+  optimizer = hf_common.make_optimizer(model, PEAK_LR, WEIGHT_DECAY)
+  scheduler = hf_common.make_scheduler(optimizer, "google", WARMUP, NUM_TRAIN_STEPS)
+  steps = []
+  for batch in data:
+    rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
+    optimizer.zero_grad(set_to_none=True)
+    tensors = {k: torch.from_numpy(batch[k]).long() for k in BATCH_FEATURES}
+    scores = model(tensors["input_ids"], tensors["input_mask"], tensors["segment_ids"])
+    loss = span_loss(torch, scores, tensors["input_mask"], tensors["span_triples"],
+                     edge=int(variant == "sep_candidate"))
+    loss.backward()
+    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    optimizer.step()
+    scheduler.step()
+    steps.append((google_arrays(model), rate, norm, float(loss.detach())))
+  return steps
+
+
+def largest_difference(ours, run, step, weights):
+  return max(float(np.max(np.abs(ours[run_key(run, step, name)] - weights[name])))
+             for name in weights)
+
+
+def largest_change(weights, initial):
+  return max(float(np.max(np.abs(weights[name] - initial[name]))) for name in weights)
+
+
+def run_torch(ours_path, summary_path=None):
+  # pylint: disable=import-outside-toplevel
+  import torch
+  import transformers
+  torch.set_num_threads(1)
+  ours = np.load(ours_path)
+  data = [{name: ours["batch/%d/%s" % (step, name)] for name in BATCH_FEATURES}
+          for step in range(STEPS)]
+  print("TensorFlow %s (ours), torch %s, transformers %s; %d types, head size %d, %d steps "
+        "of %d windows (lengths cut to %s)" % (
+            ours["tensorflow_version"], torch.__version__, transformers.__version__,
+            NUM_TYPES, HEAD_SIZE, STEPS, BATCH, [b["input_ids"].shape[1] for b in data]))
+  summary = {}
+  for head in HEADS:
+    prefix = "initial/%s/" % head
+    initial = {k[len(prefix):]: ours[k] for k in ours.files if k.startswith(prefix)}
+    theirs = train_torch(head, initial, data)
+    exact = train_torch(head, initial, data, "float64")
+    contrasts = {v: train_torch(head, initial, data, variant=v) for v in CONTRASTS[head]}
+    changes = np.maximum.accumulate([largest_change(w, initial) for w, _, _, _ in theirs])
+    runs = [run_name(head, towers) for towers in TOWERS]
+    losses = {run: [float(ours[run_key(run, s, "loss")]) for s in range(STEPS)] for run in runs}
+    print("\n%s: initial loss ours %s, torch %.7f (float64 %.7f)" % (
+        head, ", ".join("%.7f (%s)" % (losses[run][0], run.split(", ")[1]) for run in runs),
+        theirs[0][3], exact[0][3]))
+    print("step  loss ours 1/2 towers, torch        norm ours/torch    "
+          "vs torch 1/2 towers  vs torch-fp64 ours/torch  1 vs 2 towers")
+    worst = {run: 0.0 for run in runs}
+    for step in range(STEPS):
+      weights, rate, norm, loss = theirs[step]
+      assert abs(ours[run_key(runs[0], step, "lr")] / PEAK_LR - rate) < 1e-6
+      relative = {run: largest_difference(ours, run, step, weights) / changes[step]
+                  for run in runs}
+      for run in runs:
+        worst[run] = max(worst[run], relative[run])
+      towers = largest_difference(ours, runs[0], step, {
+          n: ours[run_key(runs[1], step, n)] for n in initial}) / changes[step]
+      fp64 = (largest_difference(ours, runs[0], step, exact[step][0]) / changes[step],
+              max(float(np.max(np.abs(weights[n] - exact[step][0][n]))) for n in initial) /
+              changes[step])
+      if step == 0:
+        first = {"towers": towers, "fp64": fp64}
+      print("%4d  %.6f/%.6f/%.6f  %.6f/%.6f  %.2e/%.2e    %.2e/%.2e         %.2e" % (
+          step + 1, losses[runs[0]][step], losses[runs[1]][step], loss,
+          ours[run_key(runs[0], step, "global_norm")], norm, relative[runs[0]],
+          relative[runs[1]], fp64[0], fp64[1], towers))
+    print("largest after %d steps: %s" % (STEPS, ", ".join(
+        "%s %.2e" % (run, value) for run, value in worst.items())))
+    print("largest after step 1 (1 tower) at " + adversarial_vs_torch.worst_element(
+        ours, runs[0], initial, theirs[0][0], PEAK_LR * theirs[0][1]))
+    # Against the variants: the first step's difference, relative to that variant's change.
+    against = {v: largest_difference(ours, runs[0], 0, steps[0][0]) /
+                  largest_change(steps[0][0], initial) for v, steps in contrasts.items()}
+    print("contrast, ours (1 tower) against torch's variants at step 1: %s" % ", ".join(
+        "%s %.2f (initial loss %.7f)" % (v, against[v], contrasts[v][0][3]) for v in against))
+    summary[head] = {
+        "initial_loss": {"ours_1": losses[runs[0]][0], "ours_2": losses[runs[1]][0],
+                         "torch": theirs[0][3], "torch_fp64": exact[0][3]},
+        "contrasts": {v: {"initial_loss": contrasts[v][0][3], "relative_difference": against[v]}
+                      for v in contrasts},
+        "losses": {"ours_1": losses[runs[0]], "ours_2": losses[runs[1]],
+                   "torch": [s[3] for s in theirs]},
+        "relative_difference": {"ours_1": worst[runs[0]], "ours_2": worst[runs[1]],
+                                "ours_1_vs_ours_2": first["towers"],
+                                "ours_1_vs_torch_fp64": first["fp64"][0],
+                                "torch_vs_torch_fp64": first["fp64"][1]},
+        "largest_change": float(changes[-1])}
+  if summary_path:
+    with open(summary_path, "w", encoding="utf-8") as f:
+      json.dump(summary, f, indent=1)
+  return summary
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("side", choices=("ours", "torch"))
+  p.add_argument("--out", default="/tmp/global_pointer_vs_torch.npz", help="ours: where to write")
+  p.add_argument("--ours", default="/tmp/global_pointer_vs_torch.npz", help="torch: ours' file")
+  p.add_argument("--summary", help="torch: also write the figures as JSON here")
+  args = p.parse_args(argv)
+  if args.side == "ours":
+    run_ours(args.out)
+  else:
+    run_torch(args.ours, args.summary)
+
+
+if __name__ == "__main__":
+  main()
