@@ -10,6 +10,6 @@ unit: copy one (e.g. bert_mgpu/ner/), then add its line here.
 SERVABLE_KIND_MODULES = {
     "classifier": "bert_mgpu.classifier.serving",
     "ner": "bert_mgpu.ner.serving",
-    "ner_spans": "bert_mgpu.ner.span_serving",
+    "ner_spans": "bert_mgpu.ner.serving",
     "squad": "bert_mgpu.squad.serving",
 }

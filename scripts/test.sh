@@ -22,7 +22,9 @@ for flavour in "${flavours[@]}"; do
   python=$(bash scripts/setup_env.sh --tests "$flavour")
   echo "=== tests under $flavour: $("$python" -c 'import sys, tensorflow as t; print("Python", sys.version.split()[0], "TensorFlow", t.__version__)' 2>/dev/null)"
   start=$(date +%s)
-  TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider "$@" tests || status=1
+  # --durations: the slowest tests, to keep the CI under its time aim.
+  TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@" tests \
+    || status=1
   echo "=== $flavour suite took $(( $(date +%s) - start )) s"
 done
 exit $status

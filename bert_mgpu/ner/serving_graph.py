@@ -10,6 +10,11 @@ which is what featurizing gives when each token is one character (raw text, CLUE
 word piece run. The ONNX model keeps the probabilities (and, without a CRF, tag_ids); with a
 CRF its transitions go into assets.extra/crf_transitions.json and ner/serving.py decodes in
 NumPy.
+
+The span heads' export ("ner_spans") takes the same inputs and returns "spans", float32
+[batch, max_seq_length, 4]: each window's best pairs as (type id, start, end, score)
+(global_pointer.top_spans; the ids and positions are small integers, exact in float32). The
+ONNX model keeps it.
 """
 
 import collections
@@ -18,6 +23,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.ner import crf_numpy
+from bert_mgpu.ner import global_pointer
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import serving as ner_serving
 from bert_mgpu.serving import kinds
@@ -69,3 +75,41 @@ class NerGraph(kinds.KindGraph):
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
                                input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")
+
+
+# ---------------------------------------------------------------------------
+# The span heads' kind ("ner_spans", ner/serving.SpanKind)
+# ---------------------------------------------------------------------------
+
+def spans_model_fn(model):
+  """global_pointer's model_fn for a predictor.LoadedModel, its best pairs stacked into
+  the one SPANS_OUTPUT [batch, max_seq_length, 4]."""
+  settings = model.files.settings
+  model_fn = global_pointer.create_model_fn(model.bert_config, len(model.files.labels),
+                                            settings["ner_head"], settings["max_seq_length"])
+
+  def stacked_model_fn(features, is_training):
+    outputs = model_fn(features, is_training)
+    columns = [tf.cast(outputs[name], tf.float32)
+               for name in ("span_types", "span_starts", "span_ends", "span_scores")]
+    return {ner_serving.SPANS_OUTPUT: tf.stack(columns, axis=-1)}
+  return stacked_model_fn
+
+
+class SpanGraph(kinds.KindGraph):
+  """SpanKind.graph(): see serving/kinds.ServableKind.graph."""
+
+  def signature_outputs(self, model, inputs):
+    """Builds the span model on `inputs`; returns its SPANS_OUTPUT."""
+    features = serving_graph.checked_features(inputs, model.bert_config)
+    spans = spans_model_fn(model)(features, False)[ner_serving.SPANS_OUTPUT]
+    return collections.OrderedDict([
+        (ner_serving.SPANS_OUTPUT, tf.identity(spans, name=ner_serving.SPANS_OUTPUT))])
+
+  def onnx_output_names(self, files):
+    del files
+    return (ner_serving.SPANS_OUTPUT,)
+
+  def tensorflow_runner(self, model, devices, batch_size_per_tower):
+    return predictor.Predictor(model, spans_model_fn(model), devices, batch_size_per_tower,
+                               output_name=ner_serving.SPANS_OUTPUT)

@@ -26,7 +26,6 @@ from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import predictions
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
-from bert_mgpu.ner import span_serving
 from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import splits as ner_splits
 from bert_mgpu.serving import model_files
@@ -76,7 +75,7 @@ class NerSettings(object):
   def model_settings(self):
     """The model_settings.json of a model trained with these settings (ner/serving.py)."""
     if self.span_head:
-      return span_serving.span_settings(self.do_lower_case, self.max_seq_length,
+      return ner_serving.span_settings(self.do_lower_case, self.max_seq_length,
                                         self.doc_stride, self.ner_head)
     return ner_serving.ner_settings(self.do_lower_case, self.max_seq_length, self.doc_stride,
                                     self.use_crf)
@@ -140,7 +139,7 @@ class NerTask(job.Task):
       self.check_head(checkpoint, self.settings.model_settings())
 
   def check_head(self, checkpoint, model_settings):
-    if model_settings["model"] == span_serving.SPAN_KIND:
+    if model_settings["model"] == ner_serving.SPAN_KIND:
       global_pointer.check_head(checkpoint, model_settings["ner_head"])
     else:
       ner_model.check_head(checkpoint, bool(model_settings["use_crf"]))
@@ -253,7 +252,7 @@ class NerTask(job.Task):
     return model_files.find_model_files(
         self.job_settings.output_dir, "train it with this version of run_ner_mgpu.py "
         "--do_train, which saves them there.",
-        (ner_serving.NER_KIND, span_serving.SPAN_KIND))
+        (ner_serving.NER_KIND, ner_serving.SPAN_KIND))
 
 
 def log_tag_skew(config, windows, num_tags, shuffle_buffer, window_spans=None):

@@ -10,6 +10,7 @@ towers on logical CPU devices.
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -146,7 +147,9 @@ def test_two_towers_give_the_update_of_one_device(data, tmp_path):
 
 def test_conll_input_predicts_spans_into_json_lines_without_predict_txt(trained, data,
                                                                         tmp_path):
-  output_dir, _ = trained
+  # A copy: predicting here rewrites predict_entities.jsonl, which the serving tests read.
+  output_dir = str(tmp_path / "model")
+  shutil.copytree(trained[0], output_dir)
   conll_dir = tmp_path / "conll"
   conll_dir.mkdir()
   lines = []
