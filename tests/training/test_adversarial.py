@@ -279,27 +279,28 @@ def test_accumulation_on_two_towers_takes_each_micro_batchs_norm_over_both():
 # 5. fp16: the norm is taken of the unscaled gradient
 # ---------------------------------------------------------------------------
 
-def norm_inputs(graph, step=0):
-  """The tensors whose norm next_perturbation takes at attack step `step` (tf.norm's
+def norm_inputs(graph, step=0, replica=0):
+  """The tensors whose norm next_perturbation takes at attack step `step` on `replica` (tf.norm's
   x * x, the only elementwise square in the scope's norm)."""
+  scope = "adversarial_step_%d_replica_%d/" % (step, replica)
   found = [op.inputs[0] for op in graph.get_operations()
-           if op.name.startswith("adversarial_step_%d_replica_0/norm/" % step)
-           and op.type == "Mul"
+           if op.name.startswith(scope + "norm/") and op.type == "Mul"
            and op.inputs[0] is op.inputs[1]]
-  assert found, sorted(op.name for op in graph.get_operations()
-                       if op.name.startswith("adversarial_step_%d_replica_0/" % step))
+  assert found, sorted(op.name for op in graph.get_operations() if op.name.startswith(scope))
   return found
 
 
-def test_fp16_takes_the_norm_of_the_unscaled_gradient(start):
+@pytest.mark.parametrize("plan", [cpu_plan(1), REPLICATED], ids=["host", "replicated"])
+def test_fp16_takes_the_norm_of_the_unscaled_gradient(start, plan):
   """fp16 runs on this CPU (emulated; test_precision.py does the same). The tensor whose
   norm gives r is the true gradient of the table (the fp32 reference's, to fp16's
   precision), whatever the loss scale (2^15 or 8), not scale x gradient; and the fp16 update
   with FGM follows fp32's. (r = eps g/||g|| does not change if g is multiplied by the scale,
-  so the update alone cannot show a missing unscale: the tensor under the norm does.)"""
+  so the update alone cannot show a missing unscale: the tensor under the norm does.)
+  Replicated: each replica's half of the batch, all-reduced, is the whole batch's gradient
+  on replica 0 (its local sums are unscaled before the all-reduce)."""
   initial, batch, reference = start["initial"], start["batch"], start["reference"]
   true_gradient = reference.grads(batch)[reference.table]
-  plan = cpu_plan(1)
   with tf.Graph().as_default() as graph:
     tf.set_random_seed(1)
     placeholders = batch_placeholders(batch)
@@ -307,24 +308,30 @@ def test_fp16_takes_the_norm_of_the_unscaled_gradient(start):
                                   NUM_TRAIN_STEPS, 0, OPTIMIZER, precision="fp16",
                                   attack=FGM)
     assert ops.loss_scale is not None
-    (under_norm,) = norm_inputs(graph)
+    # Every replica's: a collective all-reduce runs only when all its replicas run.
+    under_norms = [norm_inputs(graph, replica=replica)[0]
+                   for replica in range(len(plan.replica_devices) if plan.replicated else 1)]
+    under_norm = under_norms[0]
     assert under_norm.dtype == tf.float32 and under_norm.shape.as_list() == list(
         initial[TABLE].shape)
     matmuls = {op.outputs[0].dtype.name for op in graph.get_operations()
                if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMul")}
     assert matmuls == {"float16"}
-    trained = {v.op.name: v for v in tf.trainable_variables()}
+    sync = multigpu.build_start_sync(plan)
+    trained = {v.op.name: v for v in multigpu.saveable_variables() if v.op.name in initial}
     feed = {placeholders[k]: v for k, v in batch.items()}
     with tf.Session(config=plan.session_config()) as sess:
       sess.run(tf.global_variables_initializer())
       for name, variable in trained.items():
         variable.load(initial[name], sess)
+      if sync is not None:
+        sess.run(sync)
       for scale in (2.0 ** 15, 8.0):
         ops.loss_scale.scale.load(scale, sess)
-        got = sess.run(under_norm, feed)
-        error = np.linalg.norm(got - true_gradient) / np.linalg.norm(true_gradient)
-        assert error < 1e-2, (scale, error, np.linalg.norm(got),
-                              np.linalg.norm(true_gradient))
+        for got in sess.run(under_norms, feed):
+          error = np.linalg.norm(got - true_gradient) / np.linalg.norm(true_gradient)
+          assert error < 1e-2, (scale, error, np.linalg.norm(got),
+                                np.linalg.norm(true_gradient))
       ops.loss_scale.scale.load(2.0 ** 15, sess)
       sess.run(ops.train_op, feed)
       assert sess.run(ops.global_step) == 1  # applied, not skipped
