@@ -12,7 +12,7 @@ Two steps, one per virtualenv:
 a few spans per window with nested ones, spans sharing their boundaries under two types,
 windows without any) as the span heads' records (ner/splits.py's span_window_records into a
 TFRecord file), reads them back with tfrecord_io.make_dataset (each batch cut to its longest
-window) and ner/splits.py's with_span_loss_weights, and trains
+window), and trains
 bert_mgpu.ner.global_pointer.create_model_fn's model for each head in HEADS through
 multigpu.build_training, on 1 tower and on 2 (logical CPU devices), with the settings of
 layerwise_lr_vs_torch.py and adversarial_vs_torch.py: layerwise_lr_vs_torch.py's tiny
@@ -145,14 +145,13 @@ def nested_count(spans):
 
 def our_batches(tf, towers, record_file):
   """The STEPS batches of the records as the span heads' input pipeline gives them for
-  `towers` towers: {input_ids, input_mask, segment_ids, span_triples, loss_weight}."""
+  `towers` towers: {input_ids, input_mask, segment_ids, span_triples}."""
   # pylint: disable=import-outside-toplevel
   from bert_mgpu.data import tfrecord_io
   from bert_mgpu.ner import splits
   with tf.Graph().as_default():
     dataset = tfrecord_io.make_dataset([record_file], splits.span_feature_spec(SEQ, MAX_SPANS),
                                        BATCH, is_training=False)
-    dataset = splits.with_span_loss_weights(dataset, towers, NUM_TYPES)
     batch = tf.data.make_one_shot_iterator(dataset).get_next()
     with tf.Session() as sess:
       return [sess.run(batch) for _ in range(STEPS)]

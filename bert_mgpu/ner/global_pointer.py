@@ -290,21 +290,17 @@ def create_model_fn(bert_config, num_types, head, max_spans, head_size=HEAD_SIZE
 
   Returns:
     model_fn; its outputs are top_spans()'s and, with span_triples in the features,
-    "row_loss" [batch] (the window's loss summed over types) and "row_types" [batch]
-    (num_types, what it sums over); with loss_weight, "loss": the mean over windows and
-    types of the global batch (loss_weight = towers x workers / (windows x types of the
-    micro-batch), set by the input pipeline).
+    "row_loss" [batch] (the window's loss summed over types) and "loss", the mean over the
+    tower's windows and types. Training batches are whole (the last partial one is
+    dropped), so every tower holds as many windows and the mean of the towers' losses is
+    the global batch's mean: no loss weights are needed, unlike the tag heads, whose towers
+    hold different numbers of labelled tokens.
   """
   if head not in SPAN_HEADS:
     raise ValueError("head %r is not one of %s" % (head, SPAN_HEADS))
 
   def model_fn(features, is_training):
-    model = modeling.BertModel(
-        config=bert_config, is_training=is_training, input_ids=features["input_ids"],
-        input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
-    sequence = model.get_sequence_output()  # [batch, seq, hidden]
-    if is_training:
-      sequence = modeling.dropout(sequence, bert_config.hidden_dropout_prob)
+    sequence = ner_model.sequence_output(bert_config, features, is_training)
     with tf.variable_scope(ner_model.HEAD_SCOPE):
       scores = span_scores(sequence, features["input_mask"], num_types,
                            efficient=head == SPAN_HEADS[1], head_size=head_size)
@@ -312,8 +308,6 @@ def create_model_fn(bert_config, num_types, head, max_spans, head_size=HEAD_SIZE
     if "span_triples" in features:
       labels = span_labels(features["span_triples"], num_types, tf.shape(scores)[2])
       outputs["row_loss"] = row_losses(scores, labels)
-      outputs["row_types"] = tf.fill(tf.shape(outputs["row_loss"]), float(num_types))
-    if "loss_weight" in features:
-      outputs["loss"] = tf.reduce_sum(outputs["row_loss"] * features["loss_weight"])
+      outputs["loss"] = tf.reduce_mean(outputs["row_loss"]) / num_types
     return outputs
   return model_fn

@@ -44,6 +44,18 @@ def check_head(checkpoint, use_crf):
                      (checkpoint, CRF_TRANSITIONS))
 
 
+def sequence_output(bert_config, features, is_training):
+  """BERT's sequence output [batch, seq, hidden] for an NER head, with the head's dropout
+  when training (both the tag heads and the span heads, ner/global_pointer.py, read it)."""
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+      input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
+  sequence = model.get_sequence_output()  # [batch, seq, hidden]
+  if is_training:
+    sequence = modeling.dropout(sequence, bert_config.hidden_dropout_prob)
+  return sequence
+
+
 def _first_pieces_first(values, tag_mask):
   """Moves each row's first-piece positions to its front, in order.
 
@@ -126,12 +138,7 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
 
   def logits_of(features, is_training):
     """[batch, seq, num_tags] float32, and the CRF's transitions (None without)."""
-    model = modeling.BertModel(
-        config=bert_config, is_training=is_training, input_ids=features["input_ids"],
-        input_mask=features["input_mask"], token_type_ids=features["segment_ids"])
-    sequence = model.get_sequence_output()  # [batch, seq, hidden]
-    if is_training:
-      sequence = modeling.dropout(sequence, bert_config.hidden_dropout_prob)
+    sequence = sequence_output(bert_config, features, is_training)  # [batch, seq, hidden]
     with tf.variable_scope(HEAD_SCOPE):
       output_weights = tf.get_variable(
           "output_weights", [num_tags, bert_config.hidden_size],

@@ -125,7 +125,8 @@ def span_metrics(split, outputs, type_list):
   predicted = sentence_spans(split, outputs, type_list)
   result = span_scoring.score([sentence.spans for sentence in split.data.sentences],
                               predicted)
-  loss = float(outputs["row_loss"].sum() / max(outputs["row_types"].sum(), 1.0))
+  rows = len(outputs["row_loss"]) * len(type_list)  # each window's loss sums its types'
+  loss = float(outputs["row_loss"].sum() / max(rows, 1))
   metrics = {"precision": result["precision"], "recall": result["recall"],
              "f1": result["f1"], "macro_f1": result["macro_f1"], "loss": loss,
              "nested_recall": result["nested"]["recall"]}

@@ -100,14 +100,15 @@ Fields:
 """
 
 
-class NerPredictor(kinds.TextPredictor):
-  """An NER model: raw texts in, predict_entities.jsonl records out, around a tagger of
-  windows: predict(model_inputs.Features) -> int32 [windows, max_seq_length] tag ids."""
+class WindowPredictor(kinds.TextPredictor):
+  """What both NER kinds' predictors share: raw texts windowed (each line one sentence,
+  each character one token), each sentence's spans from its windows' outputs into
+  predict_entities.jsonl records. A subclass says what no window gives (_no_windows) and
+  how a sentence's windows' outputs become its spans (_sentence_spans)."""
 
-  def __init__(self, model, tagger):
-    super(NerPredictor, self).__init__(model, tagger)
+  def __init__(self, model, runner):
+    super(WindowPredictor, self).__init__(model, runner)
     self.doc_stride = model.files.settings["doc_stride"]
-    self.scheme = ner_scoring.detect_scheme(self.labels)
 
   def featurize(self, texts_a, texts_b=None):
     """NerFeatures of raw texts (each line one sentence, each character one token)."""
@@ -123,21 +124,26 @@ class NerPredictor(kinds.TextPredictor):
                        sentences, featurized)
 
   def predict(self, features):
-    """The tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
     if not len(features.truncated):
-      return np.zeros([0, self.max_seq_length], np.int32)
+      return self._no_windows()
     return self._runner.predict(features)
 
   def decode(self, featurized, outputs):
-    """predict_entities.jsonl records of the texts, from their windows' tag ids."""
+    """predict_entities.jsonl records of the texts, from their windows' outputs."""
     records, start = [], 0
     for sentence, (aligned, windows) in zip(featurized.sentences, featurized.featurized):
-      tags = featurizing.tags_from_windows(aligned, windows,
-                                           outputs[start:start + len(windows)],
-                                           self.labels, self.scheme)
-      records.append(writers.entity_records(sentence, ner_scoring.entities(tags)))
+      spans = self._sentence_spans(aligned, windows, outputs[start:start + len(windows)])
+      records.append(writers.entity_records(sentence, spans))
       start += len(windows)
     return records
+
+  def _no_windows(self):
+    """predict()'s output when there is no window: an empty array of the runner's shape."""
+    raise NotImplementedError
+
+  def _sentence_spans(self, aligned, windows, rows):
+    """A sentence's (type, start, end) token spans from its windows' rows of outputs."""
+    raise NotImplementedError
 
   def file_text(self, records):
     """predict_entities.jsonl lines of entity records."""
@@ -153,6 +159,23 @@ class NerPredictor(kinds.TextPredictor):
   def reply(self, records, truncated, inputs):
     del truncated, inputs  # windows are never cut
     return {"entities": [record["entities"] for record in records]}
+
+
+class NerPredictor(WindowPredictor):
+  """An NER model around a tagger of windows: predict(model_inputs.Features) -> int32
+  [windows, max_seq_length] tag ids."""
+
+  def __init__(self, model, tagger):
+    super(NerPredictor, self).__init__(model, tagger)
+    self.scheme = ner_scoring.detect_scheme(self.labels)
+
+  def _no_windows(self):
+    return np.zeros([0, self.max_seq_length], np.int32)
+
+  def _sentence_spans(self, aligned, windows, rows):
+    tags = featurizing.tags_from_windows(aligned, windows, rows, self.labels,
+                                         self.scheme)
+    return ner_scoring.entities(tags)
 
 
 # ---------------------------------------------------------------------------
@@ -267,29 +290,16 @@ def window_outputs(spans):
            row[:, 2].astype(np.int64), row[:, 3]) for row in spans]
 
 
-class SpanPredictor(NerPredictor):
-  """A span head's model: raw texts in, predict_entities.jsonl records (entities may nest)
-  out, around a runner of windows: predict(model_inputs.Features) -> float32
-  [windows, max_seq_length, 4] (SPANS_OUTPUT)."""
+class SpanPredictor(WindowPredictor):
+  """A span head's model (entities may nest) around a runner of windows:
+  predict(model_inputs.Features) -> float32 [windows, max_seq_length, 4] (SPANS_OUTPUT)."""
 
-  def __init__(self, model, runner):  # pylint: disable=super-init-not-called
-    kinds.TextPredictor.__init__(self, model, runner)
-    self.doc_stride = model.files.settings["doc_stride"]
+  def _no_windows(self):
+    return np.zeros([0, self.max_seq_length, 4], np.float32)
 
-  def predict(self, features):
-    if not len(features.truncated):
-      return np.zeros([0, self.max_seq_length, 4], np.float32)
-    return self._runner.predict(features)
-
-  def decode(self, featurized, outputs):
-    """predict_entities.jsonl records of the texts, from their windows' best pairs."""
-    records, start = [], 0
-    for sentence, (aligned, windows) in zip(featurized.sentences, featurized.featurized):
-      spans = span_windows.spans_from_windows(
-          aligned, windows, window_outputs(outputs[start:start + len(windows)]), self.labels)
-      records.append(writers.entity_records(sentence, spans))
-      start += len(windows)
-    return records
+  def _sentence_spans(self, aligned, windows, rows):
+    return span_windows.spans_from_windows(aligned, windows, window_outputs(rows),
+                                           self.labels)
 
 
 class SpanKind(kinds.ServableKind):

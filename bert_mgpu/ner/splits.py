@@ -40,7 +40,6 @@ class Split(object):
     self.featurized = None
     self.record_file = None
     self.window_spans = None  # span heads: per window, its (type id, start, end) triples
-    self.span_counts = None  # span heads: the split's span_windows.SpanCounts
 
   @property
   def windows(self):
@@ -52,16 +51,20 @@ def feature_spec(max_seq_length):
           for name in tfrecord_io.SEQUENCE_FEATURES}
 
 
+def _serialized(window, **labels):
+  """A window's tf.train.Example, serialized: BERT's inputs and the given label features
+  (lists of int)."""
+  features = dict(labels, input_ids=window.input_ids, input_mask=window.input_mask,
+                  segment_ids=window.segment_ids)
+  return tf.train.Example(features=tf.train.Features(feature={
+      name: tfrecord_io.int64_feature(values) for name, values in features.items()
+  })).SerializeToString()
+
+
 def window_records(windows):
   """Serialized tf.train.Examples of windows: BERT's inputs, tag_ids and tag_mask."""
   for window in windows:
-    features = {
-        "input_ids": window.input_ids, "input_mask": window.input_mask,
-        "segment_ids": window.segment_ids, "tag_ids": window.label_ids,
-        "tag_mask": window.label_mask}
-    yield tf.train.Example(features=tf.train.Features(feature={
-        name: tfrecord_io.int64_feature(values) for name, values in features.items()
-    })).SerializeToString()
+    yield _serialized(window, tag_ids=window.label_ids, tag_mask=window.label_mask)
 
 
 def read_splits(data_dir, data_format, split_names, label_list_dir, span_head=False):
@@ -150,12 +153,12 @@ def featurize_split(split, tokenizer, label_list, max_seq_length, doc_stride,
                                                          type_ids)
       split.window_spans.extend(triples)
       totals = [total + count for total, count in zip(totals, counts)]
-    split.span_counts = span_windows.SpanCounts(*totals)
-    if split.span_counts.longer_than_window or split.span_counts.without_pieces:
+    counts = span_windows.SpanCounts(*totals)
+    if counts.longer_than_window or counts.without_pieces:
       tf.logging.warning(
           "%s: of %d entities, %d hold more word pieces than a window (max_seq_length - 2) "
           "and %d cover only characters without pieces: no window learns them.",
-          split.data.path, *split.span_counts)
+          split.data.path, *counts)
 
 
 def span_feature_spec(max_seq_length, max_spans):
@@ -172,13 +175,7 @@ def span_window_records(windows, window_spans, max_spans):
   for index, window in enumerate(windows):
     triples = [value for triple in (window_spans[index] if window_spans else [])
                for value in triple]
-    features = {
-        "input_ids": window.input_ids, "input_mask": window.input_mask,
-        "segment_ids": window.segment_ids,
-        "span_triples": triples + [-1] * (3 * max_spans - len(triples))}
-    yield tf.train.Example(features=tf.train.Features(feature={
-        name: tfrecord_io.int64_feature(values) for name, values in features.items()
-    })).SerializeToString()
+    yield _serialized(window, span_triples=triples + [-1] * (3 * max_spans - len(triples)))
 
 
 def featurize(splits, tokenizer, label_list, cache_dir, max_seq_length, doc_stride,
@@ -215,18 +212,5 @@ def with_loss_weights(dataset, num_replicas):
     batch = dict(batch)
     batch["loss_weight"] = tf.fill(tf.shape(batch["tag_mask"])[:1],
                                    float(num_replicas) / tf.maximum(count, 1.0))
-    return batch
-  return dataset.map(add)
-
-
-def with_span_loss_weights(dataset, num_replicas, num_types):
-  """Adds loss_weight = replicas / (windows x types in the micro-batch) to every row, so
-  that the towers' mean loss is the mean over the whole batch's (window, type) rows
-  (global_pointer.create_model_fn)."""
-  def add(batch):
-    rows = tf.shape(batch["input_ids"])[:1]
-    batch = dict(batch)
-    batch["loss_weight"] = tf.fill(rows, float(num_replicas) / tf.cast(rows[0] * num_types,
-                                                                        tf.float32))
     return batch
   return dataset.map(add)

@@ -178,12 +178,10 @@ class NerTask(job.Task):
   def make_train_dataset(self, config):
     spec, num_replicas = self._feature_spec(), config.num_towers * config.num_workers
     record_file, shuffle_buffer = self.splits["train"].record_file, self._shuffle_buffer()
-    if self.settings.span_head:
-      def with_weights(dataset):
-        return ner_splits.with_span_loss_weights(dataset, num_replicas, len(self.label_list))
-    else:
-      def with_weights(dataset):
-        return ner_splits.with_loss_weights(dataset, num_replicas)
+    def with_weights(dataset):  # the tag heads' token mean over the global batch
+      if self.settings.span_head:
+        return dataset
+      return ner_splits.with_loss_weights(dataset, num_replicas)
     return lambda skip: with_weights(tfrecord_io.make_dataset(
         [record_file], spec, config.micro_batch_size, is_training=True,
         seed=config.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
