@@ -145,6 +145,36 @@ def test_two_towers_give_the_update_of_one_device(data, tmp_path):
     np.testing.assert_allclose(two[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+def all_variables(output_dir):
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_a_preempted_run_resumes_to_the_weights_of_an_uninterrupted_one(data, tmp_path):
+  """SIGTERM mid-training, then the same command: the span records (and --group_by_length's
+  batch order) continue where they stopped, so the weights equal a straight run's."""
+  def flags(output_dir):
+    return span_flags(data, output_dir, do_eval=False, do_predict=False, log_steps=1,
+                      group_by_length=True)
+  straight_dir, stopped_dir = str(tmp_path / "straight"), str(tmp_path / "stopped")
+  with cli.RunningScript("run_ner_mgpu.py", flags(stopped_dir),
+                         str(tmp_path / "stopped.stderr")) as run:
+    run.wait_for(lambda: re.search(r"step 2\d/\d+ ", run.stderr()), "step 20")
+    run.signal(15)
+    assert run.wait() == 128 + 15, run.stderr()[-3000:]
+    match = re.search(r"Stopped by SIGTERM at step (\d+) of (\d+)", run.stderr())
+  assert match and 20 <= int(match.group(1)) < int(match.group(2)), run.stderr()[-3000:]
+  straight = cli.run_script("run_ner_mgpu.py", flags(straight_dir))
+  resumed = cli.run_script("run_ner_mgpu.py", flags(stopped_dir))
+  cli.assert_succeeded(straight)
+  cli.assert_succeeded(resumed)
+  assert "(step %s of %s)" % match.groups() in resumed.stderr
+  final = [all_variables(d) for d in (straight_dir, stopped_dir)]
+  assert set(final[0]) == set(final[1]) and "cls/ner/span_weights/adam_v" in final[0]
+  for name in final[0]:
+    np.testing.assert_array_equal(final[0][name], final[1][name], err_msg=name)
+
+
 def test_conll_input_predicts_spans_into_json_lines_without_predict_txt(trained, data,
                                                                         tmp_path):
   # A copy: predicting here rewrites predict_entities.jsonl, which the serving tests read.

@@ -89,6 +89,39 @@ def test_span_scores_equal_the_reference_and_mask_what_cannot_be_a_span(efficien
   assert checked == TYPES * (15 + 3)
 
 
+TF1 = tf.__version__.startswith("1.")
+
+
+@pytest.mark.parametrize("dtype", [
+    "float16",
+    pytest.param("bfloat16", marks=pytest.mark.skipif(TF1, reason="bf16 needs TF 2.x"))])
+@pytest.mark.parametrize("efficient", [False, True])
+def test_half_precision_scores_are_float32_and_masked_exactly(dtype, efficient):
+  """Under --precision=fp16/bf16 the sequence output comes in half precision; the scores
+  leave in float32 with the masked pairs at exactly MASKED_SCORE (-1e12 is -inf in
+  float16 and rounds in bfloat16, so masking in the compute dtype fails this)."""
+  rng = np.random.RandomState(4)
+  sequence = rng.randn(2, SEQ, HIDDEN).astype(np.float32)
+  input_mask = np.array([[1] * SEQ, [1] * 4 + [0] * 3], np.int32)
+  weights = random_weights(rng, efficient)
+  with tf.Graph().as_default():
+    with tf.variable_scope("head"):
+      scores = global_pointer.span_scores(
+          tf.cast(tf.constant(sequence), getattr(tf, dtype)), tf.constant(input_mask), TYPES,
+          efficient=efficient, head_size=HEAD)
+    assert scores.dtype == tf.float32
+    with tf.Session() as sess:
+      for var in tf.global_variables():
+        var.load(weights[var.op.name.split("/")[-1]], sess)
+      got = sess.run(scores)
+  expected = run_scores(sequence, input_mask, weights, efficient)  # float32 throughout
+  masked = expected == np.float32(global_pointer.MASKED_SCORE)
+  assert masked.sum() == 2 * TYPES * SEQ * SEQ - TYPES * (15 + 3)
+  np.testing.assert_array_equal(got[masked], expected[masked])
+  # The half-precision projection rounds the scores (bfloat16 keeps 8 bits of mantissa).
+  np.testing.assert_allclose(got[~masked], expected[~masked], rtol=0.05, atol=0.15)
+
+
 def test_rotary_positions_make_the_product_depend_on_the_distance_only():
   rng = np.random.RandomState(0)
   q, k = rng.randn(HEAD).astype(np.float32), rng.randn(HEAD).astype(np.float32)
