@@ -22,11 +22,12 @@ biases), Google's rate without warmup (so that the first update moves the weight
 norm clip 1.0.
 
 `torch` loads the same weights into transformers' BertModel (eager attention, eval mode,
-dropout 0) and a span head written here from the paper (Su Jianlin 2021, GlobalPointer and
-Efficient GlobalPointer; see SpanHead and rotary): per-type query/key projections (or one
-shared projection, queries at its even outputs and keys at its odd ones, plus per-type
-start and end biases from a dense layer over it, halved), rotary position embedding on the
-interleaved pairs (2i, 2i + 1) with base 10000 computed as a complex product, score
+dropout 0) and a span head written from the paper (Su Jianlin 2021, GlobalPointer and
+Efficient GlobalPointer; torch_span_heads.py, shared with hf_span_ner.py): per-type
+query/key projections (or one shared projection, queries at its even outputs and keys at its
+odd ones, plus per-type start and end biases from a dense layer over it, halved), rotary
+position embedding on the interleaved pairs (2i, 2i + 1) with base 10000 computed as a
+complex product, score
 q.k / sqrt(head_size), pairs off the window's pieces ([CLS], [SEP], padding) and pairs that
 end before they start left out of the loss, and the multi-label categorical cross-entropy
 log(1 + sum_neg e^s) + log(1 + sum_pos e^-s) averaged over the (window, type) rows. It trains
@@ -56,6 +57,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import adversarial_vs_torch  # pylint: disable=wrong-import-position
 import layerwise_lr_vs_torch as same_start  # pylint: disable=wrong-import-position
+import weight_names  # pylint: disable=wrong-import-position
 
 CONFIG = same_start.CONFIG  # hidden 32, 3 layers, 4 heads, vocab 60, 16 positions, dropout 0
 SEQ, BATCH, NUM_TYPES, MAX_SPANS, HEAD_SIZE = 16, 8, 3, 6, 64
@@ -70,11 +72,10 @@ TOWERS = (1, 2)
 CLS_ID, SEP_ID = 2, 3
 BATCH_FEATURES = ("input_ids", "input_mask", "segment_ids", "span_triples")
 
-# The head's torch parameters -> (Google-style name, transposed between the layouts).
-HEAD_NAMES = {"head.span.weight": ("cls/ner/span_weights", True),
-              "head.span.bias": ("cls/ner/span_bias", False),
-              "head.types.weight": ("cls/ner/type_weights", True),
-              "head.types.bias": ("cls/ner/type_bias", False)}
+HEAD_SCOPE = "cls/ner"  # bert_mgpu/ner/model.py's
+# The head's torch parameters -> (our name, transposed between the layouts).
+HEAD_NAMES = {hf_name: weight_names.google_name(hf_name, HEAD_SCOPE)
+              for hf_name in weight_names.SPAN_HEAD_NAMES}
 
 Window = collections.namedtuple("Window", ["input_ids", "input_mask", "segment_ids"])
 
@@ -222,134 +223,17 @@ def run_ours(out):
 # The PyTorch reference
 # ---------------------------------------------------------------------------
 
-def rotary(torch, vectors, pairs="interleaved"):
-  """Rotary position embedding of vectors [batch, seq, ..., head_size]: pair i at position p
-  turned by the angle p * 10000^(-2i / head_size), as the complex product
-  (x_a + i x_b) e^(i angle). The pair is (x[2i], x[2i + 1]) ("interleaved", the paper's) or
-  (x[i], x[i + head_size / 2]) ("halves", for contrast)."""
-  seq, size = vectors.shape[1], vectors.shape[-1]
-  exponents = torch.arange(0, size, 2, dtype=torch.float64) / size
-  angles = torch.arange(seq, dtype=torch.float64)[:, None] * 10000.0 ** (-exponents)[None, :]
-  turns = torch.polar(torch.ones_like(angles), angles)  # [seq, size / 2], complex128
-  turns = turns.reshape([1, seq] + [1] * (vectors.dim() - 3) + [size // 2])
-  if pairs == "interleaved":
-    split = vectors.reshape(vectors.shape[:-1] + (size // 2, 2))
-  else:
-    split = vectors.reshape(vectors.shape[:-1] + (2, size // 2)).transpose(-1, -2)
-  complex_pairs = torch.view_as_complex(split.contiguous())
-  turned = torch.view_as_real(complex_pairs * turns.to(complex_pairs.dtype))
-  if pairs != "interleaved":
-    turned = turned.transpose(-1, -2)
-  return turned.reshape(vectors.shape)
-
-
-def make_model(torch, transformers, head, dtype, variant="paper"):
-  """transformers' BertModel (as .bert) and the span head written here (as .head); variant
-  "halves" lays the rotary pairs out as halves, "biases_swapped" reads the efficient head's
-  even outputs as the start bias and the odd ones as the end bias."""
-  pairs = "halves" if variant == "halves" else "interleaved"
-  import hf_common  # pylint: disable=import-outside-toplevel
-
-  class SpanHead(torch.nn.Module):
-    """GlobalPointer or Efficient GlobalPointer over BERT's sequence output."""
-
-    def __init__(self, hidden, efficient):
-      super().__init__()
-      self.efficient = efficient
-      if efficient:
-        self.span = torch.nn.Linear(hidden, 2 * HEAD_SIZE)
-        self.types = torch.nn.Linear(2 * HEAD_SIZE, 2 * NUM_TYPES)
-      else:
-        self.span = torch.nn.Linear(hidden, NUM_TYPES * 2 * HEAD_SIZE)
-
-    def forward(self, sequence):
-      """[batch, types, seq (start m), seq (end n)] scores, nothing masked."""
-      projected = self.span(sequence)
-      if self.efficient:
-        queries = rotary(torch, projected[..., 0::2], pairs)
-        keys = rotary(torch, projected[..., 1::2], pairs)
-        shared = torch.einsum("bmd,bnd->bmn", queries, keys) / HEAD_SIZE ** 0.5
-        biases = self.types(projected).permute(0, 2, 1) / 2  # [batch, 2 * types, seq]
-        end_bias, start_bias = biases[:, 0::2], biases[:, 1::2]  # [batch, types, seq]
-        if variant == "biases_swapped":
-          end_bias, start_bias = start_bias, end_bias
-        return shared[:, None] + start_bias[:, :, :, None] + end_bias[:, :, None, :]
-      batch, seq = projected.shape[:2]
-      projected = projected.reshape(batch, seq, NUM_TYPES, 2 * HEAD_SIZE)
-      queries = rotary(torch, projected[..., :HEAD_SIZE], pairs)
-      keys = rotary(torch, projected[..., HEAD_SIZE:], pairs)
-      return torch.einsum("bmtd,bntd->btmn", queries, keys) / HEAD_SIZE ** 0.5
-
-  class SpanModel(torch.nn.Module):
-
-    def __init__(self):
-      super().__init__()
-      self.bert = transformers.BertModel(
-          hf_common.hf_bert_config(CONFIG, NUM_TYPES, attn_implementation="eager"))
-      self.head = SpanHead(CONFIG["hidden_size"], head == HEADS[1])
-
-    def forward(self, input_ids, input_mask, segment_ids):
-      sequence = self.bert(input_ids=input_ids, attention_mask=input_mask,
-                           token_type_ids=segment_ids).last_hidden_state
-      return self.head(sequence)
-
-  model = SpanModel()
-  model.eval()  # dropout is 0 anyway
+def make_model(head, dtype, variant="paper"):
+  """transformers' BertModel and the span head of torch_span_heads (the paper's, or one of
+  CONTRASTS' variants), eval mode (dropout is 0 anyway), in `dtype` (a torch dtype)."""
+  # pylint: disable=import-outside-toplevel
+  import hf_common
+  import torch_span_heads
+  config = hf_common.hf_bert_config(CONFIG, NUM_TYPES, attn_implementation="eager")
+  # With the pooler: ours has its (unused) weights, which the comparison goes over.
+  model = torch_span_heads.SpanModel(config, NUM_TYPES, head, HEAD_SIZE, variant, pooler=True)
+  model.eval()
   return model.to(dtype)
-
-
-def google_name(hf_name):
-  if hf_name in HEAD_NAMES:
-    return HEAD_NAMES[hf_name]
-  import weight_names  # pylint: disable=import-outside-toplevel
-  return weight_names.google_name(hf_name)
-
-
-def load_weights(torch, model, arrays):
-  with torch.no_grad():
-    for hf_name, param in model.named_parameters():
-      name, transpose = google_name(hf_name)
-      value = arrays[name].T if transpose else arrays[name]
-      assert tuple(value.shape) == tuple(param.shape), (hf_name, value.shape, param.shape)
-      param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
-
-
-def google_arrays(model):
-  arrays = {}
-  for hf_name, param in model.named_parameters():
-    name, transpose = google_name(hf_name)
-    value = param.detach().cpu().numpy()
-    arrays[name] = np.array(value.T if transpose else value)
-  return arrays
-
-
-def span_loss(torch, scores, input_mask, span_triples, edge=0):
-  """The paper's loss: per (window, type) row, log(1 + sum over the row's other candidate
-  pairs of e^s) + log(1 + sum over its gold spans of e^-s), averaged over the rows. The
-  candidate pairs: start <= end, both on a piece (not [CLS], [SEP] or padding); edge=1
-  (a contrast) lets the [SEP] position count as a piece."""
-  batch, types, seq = scores.shape[:3]
-  lengths = input_mask.sum(dim=1)
-  positions = torch.arange(seq)
-  last_piece = lengths[:, None] - 2 + edge
-  on_piece = (positions[None] >= 1) & (positions[None] <= last_piece)  # [batch, seq]
-  candidate = (on_piece[:, :, None] & on_piece[:, None, :] &
-               (positions[:, None] <= positions[None, :])[None])  # [batch, m, n]
-  candidate = candidate[:, None].expand(batch, types, seq, seq)
-  gold = torch.zeros(batch, types, seq, seq, dtype=torch.bool)
-  for row, triples in enumerate(span_triples.reshape(batch, -1, 3).tolist()):
-    for span_type, start, end in triples:
-      if span_type >= 0:
-        gold[row, span_type, start, end] = True
-  assert bool((candidate | ~gold).all()), "a gold span on a pair that is no candidate"
-  flat = scores.reshape(batch * types, -1)
-  negative = (candidate & ~gold).reshape(batch * types, -1)
-  gold = gold.reshape(batch * types, -1)
-  none = torch.tensor(-float("inf"), dtype=scores.dtype)
-  zero = torch.zeros(batch * types, 1, dtype=scores.dtype)
-  rows = (torch.logsumexp(torch.cat([torch.where(negative, flat, none), zero], dim=1), dim=1) +
-          torch.logsumexp(torch.cat([torch.where(gold, -flat, none), zero], dim=1), dim=1))
-  return rows.mean()
 
 
 def train_torch(head, initial, data, dtype="float32", variant="paper"):
@@ -358,10 +242,9 @@ def train_torch(head, initial, data, dtype="float32", variant="paper"):
   the step)."""
   # pylint: disable=import-outside-toplevel
   import torch
-  import transformers
   import hf_common
-  model = make_model(torch, transformers, head, getattr(torch, dtype), variant)
-  load_weights(torch, model, initial)
+  model = make_model(head, getattr(torch, dtype), variant)
+  hf_common.load_arrays(model, initial, "ours' initial weights", HEAD_SCOPE)
   optimizer = hf_common.make_optimizer(model, PEAK_LR, WEIGHT_DECAY)
   scheduler = hf_common.make_scheduler(optimizer, "google", WARMUP, NUM_TRAIN_STEPS)
   steps = []
@@ -369,14 +252,12 @@ def train_torch(head, initial, data, dtype="float32", variant="paper"):
     rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
     optimizer.zero_grad(set_to_none=True)
     tensors = {k: torch.from_numpy(batch[k]).long() for k in BATCH_FEATURES}
-    scores = model(tensors["input_ids"], tensors["input_mask"], tensors["segment_ids"])
-    loss = span_loss(torch, scores, tensors["input_mask"], tensors["span_triples"],
-                     edge=int(variant == "sep_candidate"))
+    loss = model(**tensors).loss
     loss.backward()
     norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
     optimizer.step()
     scheduler.step()
-    steps.append((google_arrays(model), rate, norm, float(loss.detach())))
+    steps.append((hf_common.google_arrays(model, HEAD_SCOPE), rate, norm, float(loss.detach())))
   return steps
 
 

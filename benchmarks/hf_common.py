@@ -5,6 +5,7 @@ virtualenv has (see benchmarks/README.md). Models are built from a config with r
 weights, or given weights from a .npz (load_npz); nothing is downloaded.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -45,6 +46,47 @@ def hf_bert_config(google_fields, num_labels, attn_implementation=None):
   if attn_implementation:
     config._attn_implementation = attn_implementation  # pylint: disable=protected-access
   return config
+
+
+def add_job_arguments(p, data_help, init_help):
+  """The arguments of a whole fine-tuning job that hf_ner.py and hf_span_ner.py share
+  (run_ner_mgpu.py's names and defaults where it has them): the files, the recipe, the
+  start, threads and logging. `data_help` and `init_help` describe --data_dir and
+  --init_npz."""
+  p.add_argument("--data_dir", required=True, help=data_help)
+  p.add_argument("--vocab_file", required=True)
+  p.add_argument("--bert_config_file", required=True, help="a Google bert_config.json")
+  p.add_argument("--output_dir", required=True, help="the predictions are written here")
+  p.add_argument("--do_lower_case", default=True, action=argparse.BooleanOptionalAction)
+  p.add_argument("--max_seq_length", type=int, default=128)
+  p.add_argument("--train_batch_size", type=int, default=32, help="the global batch")
+  p.add_argument("--predict_batch_size", type=int, default=8, help="dev and test")
+  p.add_argument("--learning_rate", type=float, default=5e-5)
+  p.add_argument("--num_train_epochs", type=float, default=3.0)
+  p.add_argument("--warmup_proportion", type=float, default=0.1)
+  p.add_argument("--lr_schedule", choices=LR_SCHEDULES, default="google")
+  p.add_argument("--attn_implementation", choices=("eager", "sdpa"), default=None,
+                 help="transformers' attention (default: transformers' own, sdpa)")
+  p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: all cores")
+  p.add_argument("--seed", type=int, default=12345)
+  p.add_argument("--google_adamw", action="store_true",
+                 help="Google's AdamWeightDecay (no bias correction, ours without "
+                      "--adam_bias_correction) instead of torch's AdamW")
+  p.add_argument("--init_npz", help=init_help)
+  p.add_argument("--save_init_npz", help="write the initial weights here (Google names) "
+                 "before training, for checkpoint_npz.py --from_npz")
+  p.add_argument("--log_every", type=int, default=0,
+                 help="log the mean training loss of every this many steps (0: never)")
+
+
+def start_job(args):
+  """What the peers' jobs do first: torch's threads (returned) and seed, transformers'
+  warnings off, the output directory made."""
+  threads = set_threads(args.threads)
+  torch.manual_seed(args.seed)
+  transformers.logging.set_verbosity_error()
+  os.makedirs(args.output_dir, exist_ok=True)
+  return threads
 
 
 def read_google_config(path):
@@ -135,12 +177,15 @@ def save_npz(model, path, head_scope=""):
   np.savez(path, **google_arrays(model, head_scope))
 
 
-def load_arrays(model, arrays, source, head_scope=""):
-  """Sets every weight of the model from `arrays` (a mapping of Google names to NumPy arrays
-  in Google's layouts). Raises ValueError naming a weight `arrays` lacks or has in another
-  shape; `source` names where they came from in the message."""
+def load_arrays(model, arrays, source, head_scope="", only=None):
+  """Sets every weight of the model (with `only`, a predicate of the HF name: those it
+  accepts) from `arrays` (a mapping of Google names to NumPy arrays in Google's layouts).
+  Raises ValueError naming a weight `arrays` lacks or has in another shape; `source` names
+  where they came from in the message."""
   with torch.no_grad():
     for hf_name, param in model.named_parameters():
+      if only is not None and not only(hf_name):
+        continue
       name, transpose = weight_names.google_name(hf_name, head_scope)
       if name not in arrays:
         raise ValueError("%s has no %s (for %s)" % (source, name, hf_name))

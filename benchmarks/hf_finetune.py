@@ -212,10 +212,7 @@ def train_loader(args, train_features, collator, drop_last=False):
 def main(argv=None):
   start_total = time.perf_counter()
   args = parse_args(argv)
-  threads = hf_common.set_threads(args.threads)
-  torch.manual_seed(args.seed)
-  transformers.logging.set_verbosity_error()
-  os.makedirs(args.output_dir, exist_ok=True)
+  threads = hf_common.start_job(args)
 
   train = read_tsv(os.path.join(args.data_dir, "train.tsv"), need_label=True)
   dev_path = os.path.join(args.data_dir, "dev.tsv")

@@ -73,33 +73,12 @@ _COLUMNS = re.compile(r"[ \t]+")
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-  p.add_argument("--data_dir", required=True, help="train.txt, test.txt, optional dev.txt")
-  p.add_argument("--vocab_file", required=True)
-  p.add_argument("--bert_config_file", required=True, help="a Google bert_config.json")
-  p.add_argument("--output_dir", required=True, help="predict.txt is written here")
-  p.add_argument("--do_lower_case", default=True, action=argparse.BooleanOptionalAction)
-  p.add_argument("--max_seq_length", type=int, default=128)
-  p.add_argument("--train_batch_size", type=int, default=32, help="the global batch")
-  p.add_argument("--predict_batch_size", type=int, default=8, help="dev and test")
-  p.add_argument("--learning_rate", type=float, default=5e-5)
-  p.add_argument("--num_train_epochs", type=float, default=3.0)
-  p.add_argument("--warmup_proportion", type=float, default=0.1)
-  p.add_argument("--lr_schedule", choices=hf_common.LR_SCHEDULES, default="google")
-  p.add_argument("--attn_implementation", choices=("eager", "sdpa"), default=None,
-                 help="transformers' attention (default: transformers' own, sdpa)")
-  p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: all cores")
-  p.add_argument("--seed", type=int, default=12345)
-  p.add_argument("--google_adamw", action="store_true",
-                 help="Google's AdamWeightDecay (no bias correction, as ours) instead of AdamW")
-  p.add_argument("--init_npz", help="start from these weights (Google names, as "
-                 "checkpoint_npz.py --to_npz or --initial_weights --task=ner writes) "
-                 "instead of transformers' initializer")
-  p.add_argument("--save_init_npz", help="write the initial weights here (Google names) "
-                 "before training, for checkpoint_npz.py --from_npz")
+  hf_common.add_job_arguments(
+      p, "train.txt, test.txt, optional dev.txt",
+      "start from these weights (Google names, as checkpoint_npz.py --to_npz or "
+      "--initial_weights --ner writes) instead of transformers' initializer")
   p.add_argument("--group_by_length", action="store_true",
                  help="batches of similar length by transformers' LengthGroupedSampler")
-  p.add_argument("--log_every", type=int, default=0,
-                 help="log the mean training loss of every this many steps (0: never)")
   return p.parse_args(argv)
 
 
@@ -219,10 +198,7 @@ def write_predictions(path, test_lines, predicted):
 def main(argv=None):
   start_total = time.perf_counter()
   args = parse_args(argv)
-  threads = hf_common.set_threads(args.threads)
-  torch.manual_seed(args.seed)
-  transformers.logging.set_verbosity_error()
-  os.makedirs(args.output_dir, exist_ok=True)
+  threads = hf_common.start_job(args)
 
   start = time.perf_counter()
   train, _, train_tagged = read_conll(os.path.join(args.data_dir, "train.txt"))
