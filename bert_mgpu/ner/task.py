@@ -18,15 +18,11 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu import bert_files
 from bert_mgpu.data import label_files
-from bert_mgpu.data import length_grouping
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.ner import featurizing
-from bert_mgpu.ner import global_pointer
-from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import heads as ner_heads
 from bert_mgpu.ner import predictions
-from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
-from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import splits as ner_splits
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import onnx_export
@@ -50,6 +46,8 @@ class NerSettings(object):
     best_metric, early_stopping_patience: the dev metric whose best checkpoint is kept,
       and the evaluations without a better one after which training stops (0: never).
     export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
+    head: the ner_head's family (ner/heads.py: TagHeads or SpanHeads), which the task
+      asks for everything that differs between tags and spans.
   """
 
   def __init__(self, data_dir, vocab_file, bert_config_file, data_format="auto",
@@ -65,8 +63,9 @@ class NerSettings(object):
     self.max_seq_length = max_seq_length
     self.doc_stride = doc_stride
     self.ner_head = ner_head or ("crf" if use_crf else "tags")
-    self.use_crf = self.ner_head == "crf"
-    self.span_head = self.ner_head in global_pointer.SPAN_HEADS
+    self.head = ner_heads.for_head(self.ner_head)  # the family: tags/crf or spans
+    self.use_crf = self.head.use_crf
+    self.span_head = self.head.spans
     self.do_eval = do_eval
     self.do_predict = do_predict
     self.best_metric = best_metric
@@ -74,11 +73,7 @@ class NerSettings(object):
 
   def model_settings(self):
     """The model_settings.json of a model trained with these settings (ner/serving.py)."""
-    if self.span_head:
-      return ner_serving.span_settings(self.do_lower_case, self.max_seq_length,
-                                        self.doc_stride, self.ner_head)
-    return ner_serving.ner_settings(self.do_lower_case, self.max_seq_length, self.doc_stride,
-                                    self.use_crf)
+    return self.head.model_settings(self.do_lower_case, self.max_seq_length, self.doc_stride)
 
 
 class NerTask(job.Task):
@@ -125,13 +120,11 @@ class NerTask(job.Task):
     with must hold the head (and the CRF with use_crf). Training starts from a pretrained
     BERT, which has no head."""
     s = self.settings
-    if s.span_head:
-      batches = [(flag, size) for flag, size, wanted in (
-          ("--train_batch_size", config.train_batch_size, self.job_settings.do_train),
-          ("--eval_batch_size", config.eval_batch_size, s.do_eval),
-          ("--predict_batch_size", config.predict_batch_size, s.do_predict)) if wanted]
-      global_pointer.check_score_memory(s.ner_head, batches, len(self.label_list),
-                                        s.max_seq_length)
+    batches = [(flag, size) for flag, size, wanted in (
+        ("--train_batch_size", config.train_batch_size, self.job_settings.do_train),
+        ("--eval_batch_size", config.eval_batch_size, s.do_eval),
+        ("--predict_batch_size", config.predict_batch_size, s.do_predict)) if wanted]
+    s.head.check_batches(batches, len(self.label_list), s.max_seq_length)
     if not self.job_settings.do_train:
       checkpoint, _ = checkpoints.checkpoint_for_inference(self.job_settings.output_dir,
                                                            self.job_settings.init_checkpoint,
@@ -139,10 +132,7 @@ class NerTask(job.Task):
       self.check_head(checkpoint, self.settings.model_settings())
 
   def check_head(self, checkpoint, model_settings):
-    if model_settings["model"] == ner_serving.SPAN_KIND:
-      global_pointer.check_head(checkpoint, model_settings["ner_head"])
-    else:
-      ner_model.check_head(checkpoint, bool(model_settings["use_crf"]))
+    ner_heads.for_model_settings(model_settings).check_head(checkpoint)
 
   def write_model_files(self):
     s = self.settings
@@ -156,21 +146,12 @@ class NerTask(job.Task):
         self.settings.max_seq_length, self.settings.doc_stride, self.settings.span_head)
 
   def _feature_spec(self):
-    if self.settings.span_head:
-      return ner_splits.span_feature_spec(self.settings.max_seq_length, self.max_spans)
-    return ner_splits.feature_spec(self.settings.max_seq_length)
+    return self.settings.head.feature_spec(self.settings.max_seq_length, self.max_spans)
 
   def make_model_fn(self):
-    if self.settings.span_head:
-      # A window outputs as many best pairs as it has positions: more spans above 0 than
-      # that is logged (predictions.sentence_spans).
-      return global_pointer.create_model_fn(self.bert_config, len(self.label_list),
-                                            self.settings.ner_head,
-                                            self.settings.max_seq_length)
-    return ner_model.create_model_fn(self.bert_config, len(self.label_list),
-                                     self.settings.use_crf,
-                                     max_seq_length=self.settings.max_seq_length,
-                                     rdrop_alpha=self.job_settings.rdrop_alpha)
+    return self.settings.head.create_model_fn(self.bert_config, len(self.label_list),
+                                              self.settings.max_seq_length,
+                                              self.job_settings.rdrop_alpha)
 
   def _shuffle_buffer(self):
     return min(len(self.splits["train"].windows), 100000)
@@ -178,19 +159,16 @@ class NerTask(job.Task):
   def make_train_dataset(self, config):
     spec, num_replicas = self._feature_spec(), config.num_towers * config.num_workers
     record_file, shuffle_buffer = self.splits["train"].record_file, self._shuffle_buffer()
-    def with_weights(dataset):  # the tag heads' token mean over the global batch
-      if self.settings.span_head:
-        return dataset
-      return ner_splits.with_loss_weights(dataset, num_replicas)
-    return lambda skip: with_weights(tfrecord_io.make_dataset(
+    head = self.settings.head
+    return lambda skip: head.training_dataset(tfrecord_io.make_dataset(
         [record_file], spec, config.micro_batch_size, is_training=True,
         seed=config.random_seed, shuffle_buffer=shuffle_buffer, skip_batches=skip,
-        length_multiple=config.length_multiple, group_by_length=config.group_by_length))
+        length_multiple=config.length_multiple, group_by_length=config.group_by_length),
+        num_replicas)
 
   def log_before_training(self, config):
-    train = self.splits["train"]
-    log_tag_skew(config, train.windows, len(self.label_list), self._shuffle_buffer(),
-                 train.window_spans if self.settings.span_head else None)
+    log_tag_skew(config, self.splits["train"], len(self.label_list), self._shuffle_buffer(),
+                 self.settings.head)
 
   def make_inference(self, config, model_fn):
     record_files = {name: split.record_file for name, split in self.splits.items()}
@@ -199,10 +177,8 @@ class NerTask(job.Task):
 
   def _metrics(self, outputs):
     """(metrics, full result) of the dev split's outputs."""
-    if self.settings.span_head:
-      return predictions.span_metrics(self.splits["dev"], outputs, self.label_list)
-    return predictions.ner_metrics(self.splits["dev"], outputs, self.label_list, self.scheme,
-                                   self.settings.use_crf)
+    return self.settings.head.metrics(self.splits["dev"], outputs, self.label_list,
+                                      self.scheme)
 
   def eval_spec(self, config, inference):
     if not self.settings.do_eval:
@@ -224,24 +200,18 @@ class NerTask(job.Task):
     tf.logging.info("Evaluating and predicting with %s (%s).", checkpoint, why)
     if s.do_eval:
       metrics, result = self._metrics(inference.outputs("eval"))
-      report = predictions.span_eval_report if s.span_head else predictions.eval_report
       runner.write_eval_results(output_dir, metrics, checkpoint,
-                                lambda unused_metrics: report(result))
+                                lambda unused_metrics: s.head.eval_report(result))
     if s.do_predict:
       self._write_predictions(inference.outputs("predict"))
 
   def _write_predictions(self, outputs):
-    test, output_dir, tags = self.splits["test"], self.job_settings.output_dir, None
-    if self.settings.span_head:
-      spans = predictions.sentence_spans(test, outputs, self.label_list)
-      if self.data_format == "conll":
-        tf.logging.info("conll input with --ner_head=%s: the predictions are spans, which "
-                        "tags cannot hold when they nest; they go to predict_entities.jsonl "
-                        "(no predict.txt).", self.settings.ner_head)
-    else:
-      tags = predictions.sentence_tags(test, outputs["tag_ids"], self.label_list,
-                                       self.scheme)
-      spans = [ner_scoring.entities(sentence_tags) for sentence_tags in tags]
+    test, output_dir = self.splits["test"], self.job_settings.output_dir
+    tags, spans = self.settings.head.predicted(test, outputs, self.label_list, self.scheme)
+    if tags is None and self.data_format == "conll":
+      tf.logging.info("conll input with --ner_head=%s: the predictions are spans, which "
+                      "tags cannot hold when they nest; they go to predict_entities.jsonl "
+                      "(no predict.txt).", self.settings.ner_head)
     predictions.write_predictions(output_dir, test, self.data_format, tags, spans=spans)
     tf.logging.info("Wrote the predictions of %d sentences (%d entities) to %s",
                     len(spans), sum(len(s) for s in spans), output_dir)
@@ -253,18 +223,15 @@ class NerTask(job.Task):
         (ner_serving.NER_KIND, ner_serving.SPAN_KIND))
 
 
-def log_tag_skew(config, windows, num_tags, shuffle_buffer, window_spans=None):
-  """With --group_by_length, on the chief: logs how much grouping skews the tag mix of the
+def log_tag_skew(config, split, num_labels, shuffle_buffer, head):
+  """With --group_by_length, on the chief: logs how much grouping skews the label mix of the
   training batches (tfrecord_io.log_label_skew; a warning when it is marked). A window's
-  targets are the shares of each tag among its tagged pieces (length_grouping.tag_shares);
-  with window_spans (the span heads), the shares of each entity type among its spans."""
+  targets are the head family's skew_targets: the shares of each tag among its tagged pieces
+  (tag heads), or of each entity type among its spans (span heads)."""
   if not (config.group_by_length and config.is_chief):
     return
   with phases.timed("featurize"):
-    lengths, tag_ids, tag_mask = featurizing.tag_skew_inputs(windows)
-    if window_spans is None:
-      targets = length_grouping.tag_shares(tag_ids, tag_mask, num_tags)  # [n, tags]
-    else:
-      targets = span_windows.type_shares(window_spans, num_tags)  # [n, types]
+    lengths, tag_ids, tag_mask = featurizing.tag_skew_inputs(split.windows)
+    targets = head.skew_targets(split, tag_ids, tag_mask, num_labels)  # [n, labels]
     tfrecord_io.log_label_skew(lengths, targets, config.micro_batch_size, shuffle_buffer,
-                               noun="tag" if window_spans is None else "entity type")
+                               noun=head.skew_noun)
