@@ -11,6 +11,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import heads as ner_heads
 from bert_mgpu.ner import predictions as ner_predictions
 from bert_mgpu.ner import splits as ner_splits
 import tokenization
@@ -108,3 +109,21 @@ def test_window_records_parse_with_the_feature_spec(data_dir, tokenizer, tmp_pat
     assert set(parsed) == set(spec)
     assert list(parsed["tag_ids"].int64_list.value) == window.label_ids
     assert list(parsed["tag_mask"].int64_list.value) == window.label_mask
+
+
+@pytest.mark.parametrize("ner_head, family, use_crf", [
+    ("tags", ner_heads.TagHeads, False), ("crf", ner_heads.TagHeads, True),
+    ("global_pointer", ner_heads.SpanHeads, False),
+    ("efficient_global_pointer", ner_heads.SpanHeads, False)])
+def test_each_head_has_its_family_and_its_saved_settings_give_it_back(ner_head, family,
+                                                                      use_crf):
+  """A model is checked and served by the family its model_settings.json names: the head
+  written at training must come back from the file."""
+  head = ner_heads.for_head(ner_head)
+  assert isinstance(head, family) and head.ner_head == ner_head and head.use_crf == use_crf
+  settings = head.model_settings(True, MAX_SEQ_LENGTH, DOC_STRIDE)
+  again = ner_heads.for_model_settings(settings)
+  assert type(again) is family and again.ner_head == ner_head
+  assert again.spans == (family is ner_heads.SpanHeads)
+  with pytest.raises(ValueError):
+    ner_heads.for_head("softmax")
