@@ -64,8 +64,6 @@ class NerSettings(object):
     self.doc_stride = doc_stride
     self.ner_head = ner_head or ("crf" if use_crf else "tags")
     self.head = ner_heads.for_head(self.ner_head)  # the family: tags/crf or spans
-    self.use_crf = self.head.use_crf
-    self.span_head = self.head.spans
     self.do_eval = do_eval
     self.do_predict = do_predict
     self.best_metric = best_metric
@@ -103,7 +101,7 @@ class NerTask(job.Task):
                                              ("dev", s.do_eval), ("test", s.do_predict))
                    if wanted]
     self.splits, self.data_format, self.label_list, self.scheme = ner_splits.read_splits(
-        s.data_dir, s.data_format, split_names, self.job_settings.output_dir, s.span_head)
+        s.data_dir, s.data_format, split_names, self.job_settings.output_dir, s.head.spans)
     self.max_spans = None  # span heads: the records' padded span count (featurize)
 
   def train_size(self):
@@ -112,7 +110,7 @@ class NerTask(job.Task):
     # Steps count training windows: featurize the training split first (in memory).
     ner_splits.featurize_split(self.splits["train"], self.tokenizer, self.label_list,
                                self.settings.max_seq_length, self.settings.doc_stride,
-                               self.settings.span_head)
+                               self.settings.head.spans)
     return len(self.splits["train"].windows), "training windows"
 
   def check_start(self, config):
@@ -143,7 +141,7 @@ class NerTask(job.Task):
   def featurize(self, config):
     self.max_spans = ner_splits.featurize(
         self.splits, self.tokenizer, self.label_list, config.cache_dir,
-        self.settings.max_seq_length, self.settings.doc_stride, self.settings.span_head)
+        self.settings.max_seq_length, self.settings.doc_stride, self.settings.head.spans)
 
   def _feature_spec(self):
     return self.settings.head.feature_spec(self.settings.max_seq_length, self.max_spans)
