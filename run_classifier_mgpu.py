@@ -8,6 +8,7 @@ bert_mgpu/classifier/task_registry.py; the shared loop is bert_mgpu/training/run
 Outputs in --output_dir (docs/FORMATS.md 7): labels.txt, best/, eval_results.txt and
 eval_report.*, predict.txt (one label per test example, in order), Google's test_results.tsv,
 predict_detail.tsv, the model files serving needs, <task>_predict.json (--clue_submission).
+--teacher_dir (docs/DISTILLATION.md) trains the model as a student of a trained classifier.
 --multi_label (docs/FORMATS.md 13) predicts label sets and keeps thresholds.json; --long_text
 (docs/FORMATS.md 14) reads texts longer than max_seq_length in windows or by head and tail.
 
@@ -24,6 +25,7 @@ from bert_mgpu.classifier import multi_label
 from bert_mgpu.classifier import task as classifier_task
 from bert_mgpu.classifier import task_registry
 from bert_mgpu import command_line
+from bert_mgpu.distillation import options as distillation_options
 from bert_mgpu.errors import UsageError
 
 FLAGS = tf.flags.FLAGS
@@ -61,6 +63,7 @@ def define_flags():
                     "goes with the label. Measured no better in accuracy than plain length "
                     "groups (docs/PERFORMANCE.md, #34).")
   clue_submission.define_flags(flags)
+  distillation_options.define_flags(flags)
   command_line.define_fine_tuning_flags()
   command_line.define_export_flags("classifier")
 
@@ -81,7 +84,8 @@ def settings_from_flags():
       max_windows=FLAGS.max_windows, window_pooling=FLAGS.window_pooling,
       group_by_length_within_label=FLAGS.group_by_length_within_label,
       early_stopping_patience=FLAGS.early_stopping_patience, num_workers=FLAGS.num_workers,
-      clue_submission=FLAGS.clue_submission, export_format=command_line.export_format())
+      clue_submission=FLAGS.clue_submission, export_format=command_line.export_format(),
+      distillation=command_line.distillation_options())
 
 
 def check_flags():
@@ -100,6 +104,9 @@ def check_flags():
   if FLAGS.multi_label:
     settings.threshold_choice(FLAGS.do_train, FLAGS.output_dir).check(FLAGS.do_eval)
   settings.best_metric_key()  # refuses micro_f1 without --multi_label
+  if settings.distillation.unlabeled_file and FLAGS.group_by_length_within_label:
+    raise UsageError("--group_by_length_within_label with --unlabeled_file: unlabelled "
+                     "examples have no label to group by; drop one of the two.")
   command_line.refuse_unread_flags(dict(long_text.unread_flags(FLAGS.long_text),
                                         **multi_label.unread_flags(FLAGS.multi_label)))
   long_text.check_options(settings.feature_options(), FLAGS.max_seq_length)

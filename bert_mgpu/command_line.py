@@ -28,6 +28,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu import command_line_base
 from bert_mgpu.command_line_base import check_positive, flag_value  # the scripts' too
+from bert_mgpu.distillation import options as distillation_flags
 from bert_mgpu.distributed import cluster
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import onnx_export
@@ -309,6 +310,18 @@ def define_fine_tuning_flags():
   tf.flags.DEFINE_float("rdrop_alpha", 0.0, "R-Drop: two forward passes per batch with "
                         "independent dropout, their cross-entropies averaged, plus alpha/4 "
                         "times their symmetric KL divergence (the paper's alpha; 0: off).")
+
+
+def distillation_options(flag_values=None):
+  """The distillation.options.DistillationOptions of the flags, checked before any work
+  (several workers refused: the teacher's outputs are computed on one machine's towers).
+  Raises UsageError."""
+  flag_values = FLAGS if flag_values is None else flag_values
+  options = distillation_flags.from_flags(flag_values)
+  if options.distills and run_cluster(flag_values) is not None:
+    raise UsageError("--teacher_dir with several workers: distillation runs on one machine's "
+                     "GPUs for now; drop --worker_hosts (and TF_CONFIG).")
+  return options
 
 
 def define_export_flags(what):

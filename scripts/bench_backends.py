@@ -204,10 +204,10 @@ def chinese_bert_config(hidden_size=None, num_layers=None):
   return config
 
 
-def make_speed_model(args, data_dir, name):
+def make_speed_model(args, data_dir, name, config=None):
   """The export of a randomly initialised model trained for one step: "base" is
   BERT-base's shape with its vocab, "small" the same vocab at --hidden_size x
-  --num_layers."""
+  --num_layers; another name takes `config` (a bert_config dict of that vocab)."""
   model_dir = os.path.join(args.work_dir, "speed_" + name)
   train_dir = os.path.join(model_dir, "data")
   os.makedirs(train_dir, exist_ok=True)
@@ -216,8 +216,9 @@ def make_speed_model(args, data_dir, name):
   with open(os.path.join(train_dir, "train.tsv"), "w", encoding="utf-8") as f:
     f.write("\n".join(head) + "\n")
   shutil.copy(os.path.join(data_dir, "labels.txt"), train_dir)
-  config = (chinese_bert_config(args.hidden_size, args.num_layers) if name == "small" else
-            chinese_bert_config())
+  if config is None:
+    config = (chinese_bert_config(args.hidden_size, args.num_layers) if name == "small" else
+              chinese_bert_config())
   config_file = os.path.join(model_dir, "bert_config.json")
   write_json(config_file, config)
   return train_and_export(model_dir, [

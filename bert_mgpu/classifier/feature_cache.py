@@ -73,7 +73,7 @@ def features_cache_key(split, examples_file_paths, label_list, max_seq_length, v
 _CACHE_NAME = re.compile(r"^(?P<split>.+)-(?P<key>[0-9a-f]{16})\.(tf_record|json)$")
 
 
-def _read_cache_info(info_path, record_path, key):
+def read_cache_info(info_path, record_path, key):
   """The cache's info dict when it is complete and made for `key`, else None."""
   if not (os.path.isfile(info_path) and os.path.isfile(record_path)):
     return None
@@ -89,8 +89,9 @@ def _read_cache_info(info_path, record_path, key):
   return info
 
 
-def _remove_stale_caches(output_dir, split, keep_names):
-  """Deletes this split's cache files made for other inputs (they are never reused)."""
+def remove_stale_caches(output_dir, split, keep_names):
+  """Deletes this split's cache files made for other inputs (they are never reused); the
+  distillation records (classifier/distillation.py) are a split of their own."""
   for name in os.listdir(output_dir):
     match = _CACHE_NAME.match(name)
     if match and match.group("split") == split and name not in keep_names:
@@ -98,16 +99,20 @@ def _remove_stale_caches(output_dir, split, keep_names):
       os.remove(os.path.join(output_dir, name))
 
 
-def split_caches(splits, processor, data_dir, **settings):
+def split_caches(splits, processor, data_dir, input_files=None, **settings):
   """{split: FeatureCache} of each of `splits` (the inputs are hashed once, here).
 
   Args:
     splits: the split names (e.g. a dict split -> list of InputExample).
     processor: their DataProcessor (its input_files are part of the cache key).
     data_dir: --data_dir.
+    input_files: dict split -> its files, for a split the processor does not read (the
+      unlabelled examples of distillation), or None.
     **settings: label_list, max_seq_length, vocab_file, do_lower_case, task_name, options.
   """
-  return {split: FeatureCache(split, processor.input_files(data_dir, split), **settings)
+  input_files = input_files or {}
+  return {split: FeatureCache(split, input_files[split] if split in input_files else
+                              processor.input_files(data_dir, split), **settings)
           for split in splits}
 
 
@@ -125,7 +130,7 @@ def largest_split_to_featurize(splits, caches, cache_dir):
 
 
 def featurizing_plan(splits, processor, data_dir, cache_dir, task_name, num_workers=None,
-                     **settings):
+                     input_files=None, **settings):
   """(caches, pool): each split's FeatureCache (split_caches) and a FeaturizingPool that
   forks only when a split without a valid cache in cache_dir is large enough to use it.
 
@@ -135,9 +140,11 @@ def featurizing_plan(splits, processor, data_dir, cache_dir, task_name, num_work
       first: run_settings.planned_cache_dir).
     task_name: the task (part of the cache key).
     num_workers: as in FeaturizingPool.
+    input_files: as in split_caches.
     **settings: label_list, max_seq_length, vocab_file, do_lower_case, options.
   """
-  caches = split_caches(splits, processor, data_dir, task_name=task_name, **settings)
+  caches = split_caches(splits, processor, data_dir, input_files, task_name=task_name,
+                        **settings)
   largest = largest_split_to_featurize(splits, caches, cache_dir)
   return caches, featurizing_pool.FeaturizingPool(num_workers=num_workers, largest_split=largest,
                                                   **settings)
@@ -196,7 +203,7 @@ class FeatureCache(object):
     """The info dict of a valid cache in cache_dir, else None (the split needs
     featurizing)."""
     record_path, info_path = self.paths(cache_dir)
-    return _read_cache_info(info_path, record_path, self.key)
+    return read_cache_info(info_path, record_path, self.key)
 
   def features(self, examples, cache_dir, num_workers=None,
                pool_threshold=featurizing_pool.POOL_THRESHOLD, pool=None):
@@ -247,6 +254,6 @@ class FeatureCache(object):
       atomic_write_text(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     except OSError as e:
       raise write_error(info_path, e)
-    _remove_stale_caches(cache_dir, self.split,
+    remove_stale_caches(cache_dir, self.split,
                          (os.path.basename(record_path), os.path.basename(info_path)))
     return record_path, num_examples

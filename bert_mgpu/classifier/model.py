@@ -13,6 +13,7 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import multi_label as multi_label_lib
 from bert_mgpu.classifier import window_pooling as window_pooling_lib
+from bert_mgpu.distillation import losses as distillation_losses
 from bert_mgpu.training import rdrop
 import modeling
 
@@ -28,7 +29,7 @@ MULTI_LABEL_TRANSFORMERS_NAMES = {MULTI_LABEL_SCOPE + "/" + name: transformers_n
 
 
 def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=None,
-                    rdrop_alpha=0.0):
+                    rdrop_alpha=0.0, distillation=None):
   """Returns model_fn(features, is_training): BERT + a classifier head on the pooled output.
 
   With window_pooling ("max" or "mean", --long_text=windows) the inputs are
@@ -43,6 +44,11 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
   examples. Without a "label_ids" feature (serving), the model returns only the
   probabilities. With rdrop_alpha > 0, training runs two passes and adds their divergence
   (bert_mgpu/training/rdrop.py); "per_example_loss" is the first pass's cross-entropy.
+  With distillation (distillation/options.DistillationOptions: its temperature and alpha),
+  training batches that carry the teacher's logits (classifier/distillation.py) are trained
+  on the distillation loss (distillation/losses.py), averaged over the examples;
+  "per_example_loss" stays the cross-entropy. With labels, "logits" is the float32
+  [batch, num_labels] before the softmax or sigmoids (what the teacher pass stores).
   """
   def logits_of(features, is_training):
     """[batch, num_labels] float32, whatever the compute precision."""
@@ -69,8 +75,13 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
     logits = logits_of(features, is_training)
     outputs = {"probabilities": tf.sigmoid(logits) if multi_label else tf.nn.softmax(logits)}
     if "label_ids" in features:
+      outputs["logits"] = logits  # records only: the teacher pass reads them
       per_example_loss = _per_example_loss(logits, features["label_ids"], multi_label)
       loss = tf.reduce_mean(per_example_loss)
+      if (is_training and distillation is not None and
+          distillation_losses.TEACHER_LOGITS in features):
+        loss = tf.reduce_mean(_distillation_loss(logits, features, per_example_loss,
+                                                 multi_label, distillation))
       if is_training and rdrop_alpha > 0:
         with rdrop.second_pass_scope():
           second = logits_of(features, is_training)  # its own dropout masks
@@ -95,6 +106,22 @@ def _per_example_loss(logits, label_ids, multi_label):
         labels=tf.cast(label_ids, tf.float32), logits=logits), axis=-1)
   one_hot_labels = tf.one_hot(label_ids, depth=logits.shape[-1], dtype=tf.float32)
   return -tf.reduce_sum(one_hot_labels * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+
+
+def _distillation_loss(logits, features, cross_entropy, multi_label, distillation):
+  """[batch]: each example's distillation loss (distillation/losses.py): the KL over the
+  classes, or the Bernoulli KL averaged over the labels (as the binary cross-entropy)."""
+  teacher_logits = features[distillation_losses.TEACHER_LOGITS]  # [batch, num_labels]
+  temperature = distillation.temperature
+  if multi_label:
+    divergence = tf.reduce_mean(distillation_losses.bernoulli_divergence(
+        teacher_logits, logits, temperature), axis=-1)
+  else:
+    divergence = distillation_losses.categorical_divergence(teacher_logits, logits,
+                                                            temperature)
+  return distillation_losses.example_losses(divergence, cross_entropy,
+                                            features[distillation_losses.LABEL_WEIGHT],
+                                            distillation.alpha)
 
 
 def model_fn_of(files, bert_config):

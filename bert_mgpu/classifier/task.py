@@ -16,6 +16,7 @@ import contextlib
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import class_labels
+from bert_mgpu.classifier import distillation
 from bert_mgpu.classifier import feature_cache
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
@@ -28,6 +29,8 @@ from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.classifier import task_registry
 from bert_mgpu import bert_files
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu.distillation import options as distillation_options
+from bert_mgpu.distillation import teacher as teacher_lib
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
@@ -56,6 +59,7 @@ class ClassifierSettings(object):
     num_workers: featurizing processes (0: all cores).
     clue_submission: also write the CLUE leaderboard's files (classifier/clue_submission.py).
     export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
+    distillation: distillation.options.DistillationOptions (--teacher_dir and its flags).
   """
 
   def __init__(self, data_dir=None, task_name=None, bert_config_file=None, vocab_file=None,
@@ -66,8 +70,10 @@ class ClassifierSettings(object):
                long_text="truncate", head_tokens=None, doc_stride=64, max_windows=8,
                window_pooling="max", group_by_length_within_label=False,
                early_stopping_patience=0, num_workers=0, clue_submission=False,
-               export_format=onnx_export.ExportFormat()):
+               export_format=onnx_export.ExportFormat(),
+               distillation=distillation_options.NO_DISTILLATION):
     self.export_format = export_format
+    self.distillation = distillation
     self.data_dir, self.task_name = data_dir, task_name
     self.bert_config_file, self.vocab_file = bert_config_file, vocab_file
     self.do_lower_case, self.max_seq_length = do_lower_case, max_seq_length
@@ -134,6 +140,10 @@ class ClassifierTask(job.Task):
     self.processor = None
     self.splits, self.label_list = None, None
     self._caches, self._pool, self._record_files = None, None, None
+    # Distillation (--teacher_dir): the teacher, its BERT config, the unlabelled examples,
+    # and the records training reads (the training split's, or with the teacher's logits).
+    self.teacher, self._teacher_config, self._unlabeled = None, None, []
+    self._train_records = None
 
   def read_inputs(self):
     s = self.settings
@@ -147,9 +157,42 @@ class ClassifierTask(job.Task):
         self.processor, s.data_dir, self.job_settings.output_dir,
         [split for split, wanted in (("train", self.job_settings.do_train), ("dev", s.do_eval),
                                      ("test", s.do_predict)) if wanted])
+    if s.distillation.distills:
+      self._read_teacher()
+
+  def _read_teacher(self):
+    """Reads and checks the teacher, the unlabelled examples, and where the student starts
+    (--init_from_teacher_layers: the teacher's checkpoint, read under the layers' names)."""
+    s, options = self.settings, self.settings.distillation
+    self.teacher = teacher_lib.read_teacher(options.teacher_dir,
+                                            (classifier_serving.CLASSIFIER_KIND,))
+    teacher_lib.check_matches_student(self.teacher, s.model_settings(), self.label_list,
+                                      s.vocab_file)
+    self._teacher_config = bert_files.load_bert_config(self.teacher.files.bert_config_file,
+                                                       s.max_seq_length)
+    if options.unlabeled_file:
+      self._unlabeled = distillation.read_unlabeled_examples(
+          options.unlabeled_file, any(example.text_b for example in self.splits["train"]))
+    if options.teacher_layers is not None:
+      job_settings = self.job_settings
+      job_settings.init_checkpoint_prefixes = teacher_lib.layer_prefixes(
+          options.teacher_layers, self._teacher_config, self.bert_config)
+      job_settings.init_checkpoint = self.teacher.checkpoint
+      job_settings.init_checkpoint_description = (
+          "the teacher's %s (the student's layers 0, 1, ... from its layers %s, and its "
+          "embeddings, pooler and head)" % (self.teacher.checkpoint, ",".join(
+              str(layer) for layer in options.teacher_layers)))
+
+  def _featurized_splits(self):
+    """dict split -> examples of every split to featurize (the unlabelled ones too)."""
+    if not self._unlabeled:
+      return self.splits
+    return dict(self.splits, **{distillation.UNLABELED_SPLIT: self._unlabeled})
 
   def train_size(self):
-    return len(self.splits.get("train", ())), "training examples"
+    return (len(self.splits.get("train", ())) + len(self._unlabeled),
+            "training examples" + (" (%d unlabelled)" % len(self._unlabeled)
+                                   if self._unlabeled else ""))
 
   @contextlib.contextmanager
   def featurizing_processes(self, cache_dir):
@@ -159,10 +202,11 @@ class ClassifierTask(job.Task):
     s = self.settings
     with phases.timed("featurize"):  # hashing the inputs for the cache keys
       self._caches, self._pool = feature_cache.featurizing_plan(
-          self.splits, self.processor, s.data_dir, cache_dir, s.task_name,
+          self._featurized_splits(), self.processor, s.data_dir, cache_dir, s.task_name,
           s.num_workers or None, label_list=self.label_list, max_seq_length=s.max_seq_length,
           vocab_file=s.vocab_file, do_lower_case=s.do_lower_case,
-          options=s.feature_options())
+          options=s.feature_options(),
+          input_files={distillation.UNLABELED_SPLIT: [s.distillation.unlabeled_file]})
     with self._pool:
       yield
 
@@ -185,13 +229,23 @@ class ClassifierTask(job.Task):
   def featurize(self, config):
     with phases.timed("featurize"):
       self._record_files = feature_cache.cached_split_features(
-          self.splits, self._caches, config.cache_dir, self._pool)
+          self._featurized_splits(), self._caches, config.cache_dir, self._pool)
+    self._train_records = self._record_files.get("train")
+    if self.teacher is not None:
+      sources = [(self._caches[split].key, self._record_files[split], labelled)
+                 for split, labelled in (("train", True), (distillation.UNLABELED_SPLIT, False))
+                 if split in self._record_files]
+      teacher_model_fn = classifier_model.model_fn_of(self.teacher.files, self._teacher_config)
+      self._train_records = distillation.teacher_records(
+          sources, self.teacher, teacher_model_fn, config, self._feature_spec(),
+          config.cache_dir)[0]
 
   def make_model_fn(self):
     return classifier_model.create_model_fn(self.bert_config, len(self.label_list),
                                             self.settings.multi_label,
                                             self.settings.window_pooling_of_model(),
-                                            self.job_settings.rdrop_alpha)
+                                            self.job_settings.rdrop_alpha,
+                                            self.settings.distillation if self.teacher else None)
 
   def _feature_spec(self):
     s = self.settings
@@ -200,12 +254,14 @@ class ClassifierTask(job.Task):
         s.long_text == "windows")
 
   def _shuffle_buffer(self):
-    return min(len(self.splits["train"]), 100000)
+    return min(len(self.splits["train"]) + len(self._unlabeled), 100000)
 
   def make_train_dataset(self, config):
     spec = self._feature_spec()
+    if self.teacher is not None:
+      spec = distillation.training_feature_spec(spec, len(self.label_list))
     return lambda skip: tfrecord_io.make_dataset(
-        [self._record_files["train"]], spec, config.micro_batch_size, is_training=True,
+        [self._train_records], spec, config.micro_batch_size, is_training=True,
         seed=self.job_settings.random_seed, shuffle_buffer=self._shuffle_buffer(),
         skip_batches=skip, length_multiple=config.length_multiple,
         group_by_length=config.group_by_length,

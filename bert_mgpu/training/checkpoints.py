@@ -61,9 +61,15 @@ def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None,
                    "(--do_train) or point --output_dir at a trained model." % output_dir)
 
 
-def init_from_checkpoint(init_checkpoint):
+def init_from_checkpoint(init_checkpoint, prefixes=None):
   """Initialises the graph's trainable variables that `init_checkpoint` holds (from their
   weight averages when it has them: weight_averages.py).
+
+  Args:
+    init_checkpoint: the checkpoint.
+    prefixes: dict model variable prefix -> the prefix the checkpoint holds it under (a
+      distilled student's layer 1 from its teacher's layer 4: --init_from_teacher_layers),
+      or None; other variables are read under their own names.
 
   Returns:
     The names of the trainable variables it did not hold (a new task head, say).
@@ -72,16 +78,36 @@ def init_from_checkpoint(init_checkpoint):
     UsageError: missing checkpoint, or a variable whose shape differs from the checkpoint's.
   """
   tvars = _trainable_saveables()
+  renamed = {v.op.name: _renamed(v.op.name, prefixes) for v in tvars}
+  renamed = {name: source for name, source in renamed.items() if source != name}
   try:
     assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(
-        tvars, init_checkpoint)
+        [v for v in tvars if v.op.name not in renamed], init_checkpoint)
   except ValueError as e:
     raise UsageError("--init_checkpoint=%s: %s" % (init_checkpoint, e))
   saved = tf.train.load_checkpoint(init_checkpoint).get_variable_to_shape_map()
-  sources = weight_averages.checkpoint_weight_names(saved, list(assignment_map.values()))
-  tf.train.init_from_checkpoint(init_checkpoint, {sources[name]: name
-                                                  for name in assignment_map.values()})
-  return [v.op.name for v in tvars if v.op.name not in initialized]
+  assignment = {name: name for name in assignment_map.values()}  # model name -> saved name
+  for v in tvars:
+    source = renamed.get(v.op.name)
+    if source is None or source not in saved:
+      continue
+    if list(saved[source]) != v.shape.as_list():
+      raise UsageError("--init_checkpoint=%s: variable %s has shape %s there but %s in the "
+                       "model (as %s)" % (init_checkpoint, source, saved[source],
+                                          v.shape.as_list(), v.op.name))
+    assignment[v.op.name] = source
+  sources = weight_averages.checkpoint_weight_names(saved, list(assignment.values()))
+  tf.train.init_from_checkpoint(init_checkpoint, {sources[source]: name
+                                                  for name, source in assignment.items()})
+  return [v.op.name for v in tvars if v.op.name not in assignment]
+
+
+def _renamed(name, prefixes):
+  """`name` with the first of `prefixes` (dict old -> new) it starts with replaced."""
+  for prefix, source in (prefixes or {}).items():
+    if name.startswith(prefix):
+      return source + name[len(prefix):]
+  return name
 
 
 def _trainable_saveables():
@@ -95,9 +121,11 @@ def set_up_init_checkpoint(config):
   from scratch; warns when BERT's body starts from random weights under Google's uncorrected
   AdamW (run_settings.FROM_SCRATCH_WARNING)."""
   if config.init_checkpoint:
-    missing = init_from_checkpoint(config.init_checkpoint)
-    tf.logging.info("Initialised from --init_checkpoint=%s; not in it, so freshly "
-                    "initialised: %s", config.init_checkpoint, ", ".join(missing) or "nothing")
+    missing = init_from_checkpoint(config.init_checkpoint, config.init_checkpoint_prefixes)
+    tf.logging.info("Initialised from %s; not in it, so freshly initialised: %s",
+                    config.init_checkpoint_description or
+                    "--init_checkpoint=" + config.init_checkpoint,
+                    ", ".join(missing) or "nothing")
   else:
     missing = [v.op.name for v in _trainable_saveables()]
     tf.logging.info("No checkpoint in %s and no --init_checkpoint: training from scratch.",

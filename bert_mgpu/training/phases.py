@@ -17,7 +17,8 @@ import time
 _IMPORTED_AT = time.time()
 
 # The order of the log; a phase not listed here comes after them.
-PHASE_ORDER = ("import", "featurize", "build", "restore", "train", "eval", "predict", "close")
+PHASE_ORDER = ("import", "featurize", "teacher", "build", "restore", "train", "eval", "predict",
+               "close")
 
 
 def process_start_time():

@@ -151,7 +151,11 @@ class DeviceSettings(object):
 
 # What a run may set, and the value when it does not (train_batch_size is per tower).
 RUN_DEFAULTS = collections.OrderedDict([
-    ("init_checkpoint", None), ("train_batch_size", 1), ("eval_batch_size", 8),
+    ("init_checkpoint", None),
+    # A start read under other names: prefix in the model -> prefix in init_checkpoint
+    # (--init_from_teacher_layers), and how the log names that start.
+    ("init_checkpoint_prefixes", None), ("init_checkpoint_description", None),
+    ("train_batch_size", 1), ("eval_batch_size", 8),
     ("predict_batch_size", 8), ("accumulation_steps", 1), ("learning_rate", 5e-5),
     ("optimizer", "adamw"), ("adam_bias_correction", False),
     # The classifier's and NER's --layerwise_lr_decay (1.0: one rate for every layer).

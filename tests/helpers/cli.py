@@ -178,3 +178,13 @@ def http_json(url, body=None, timeout=60):
       return response.status, json.loads(response.read().decode("utf-8"))
   except urllib.error.HTTPError as e:
     return e.code, json.loads(e.read().decode("utf-8"))
+
+
+def file_sizes(directory):
+  """Relative path -> size of every file under `directory` (what a run wrote, or left)."""
+  files = {}
+  for parent, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(parent, name)
+      files[os.path.relpath(path, directory)] = os.path.getsize(path)
+  return files

@@ -37,7 +37,7 @@ import tensorflow.compat.v1 as tf
 
 from classifier_runs import base_flags, checkpoint_step, run_classifier
 from classifier_tf_files import event_tags_and_steps
-from cli import assert_one_line_error, assert_succeeded
+from cli import assert_one_line_error, assert_succeeded, file_sizes
 
 PAGE = 4096  # tmpfs allocates whole pages
 DISK_SIZE = "8m"  # the mount; the filler decides what is free
@@ -144,16 +144,6 @@ def small_disk(tmp_path):
 # The reference run, and the pages of what it wrote
 # ---------------------------------------------------------------------------
 
-def list_files(directory):
-  """Relative path -> size of every file under `directory`."""
-  files = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      path = os.path.join(root, name)
-      files[os.path.relpath(path, directory)] = os.path.getsize(path)
-  return files
-
-
 def pages(files, keep):
   """The tmpfs pages of the files whose relative path `keep` accepts."""
   return sum(-(-size // PAGE) for rel, size in files.items() if keep(rel))
@@ -173,7 +163,7 @@ def reference(demo_data, tmp_path_factory):
   output_dir = str(tmp_path_factory.mktemp("reference") / "model")
   result = run_classifier(flags_for(demo_data, output_dir))
   assert_succeeded(result)
-  files = list_files(output_dir)
+  files = file_sizes(output_dir)
   data_file = "model.ckpt-%d.data-00000-of-00001" % CHECKPOINT_STEPS[0]
   # The slack must stop the checkpoint's data file half way.
   assert SLACK_PAGES + 4 < pages(files, lambda rel: rel == data_file), files
@@ -196,7 +186,7 @@ def assert_checkpoint_complete(prefix):
 
 def assert_nothing_partial(output_dir, reference):
   """No temp file, and every file a later run or a user reads is whole."""
-  files = list_files(output_dir)
+  files = file_sizes(output_dir)
   directories = [os.path.relpath(root, output_dir) for root, _, _ in os.walk(output_dir)]
   leftovers = [rel for rel in list(files) + directories if TEMP_NAME.search(rel)]
   assert not leftovers, "temp files left in %s: %s" % (output_dir, sorted(leftovers))

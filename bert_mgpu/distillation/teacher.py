@@ -1,0 +1,140 @@
+# coding=utf-8
+"""The teacher of a run that distills (--teacher_dir): its files and checkpoint, the checks
+that it matches the student, the identity its stored outputs are keyed by, and the layers
+--init_from_teacher_layers copies.
+
+The teacher is a trained output_dir of the student's kind: its model files
+(serving/model_files.py) and its best/ checkpoint, else its latest. Its outputs are computed
+on the student's records, so everything that makes those records, and the label order of the
+outputs, must be the teacher's own.
+"""
+
+import collections
+import hashlib
+import os
+
+from bert_mgpu.errors import UsageError
+from bert_mgpu.serving import model_files
+from bert_mgpu.training import checkpoints
+
+# model_settings.json fields that need not match: the task's name (a teacher of "tsv" can
+# teach "iflytek" read from the same files) and how the label fields were split.
+_FIELDS_NOT_COMPARED = ("task_name", "label_separator")
+
+# BERT config fields that decide the shapes of the weights --init_from_teacher_layers copies.
+_SHAPE_FIELDS = ("hidden_size", "intermediate_size", "vocab_size", "type_vocab_size",
+                 "max_position_embeddings")
+
+# The encoder layer's variable scope, as modeling.py names it.
+_LAYER_SCOPE = "bert/encoder/layer_%d/"
+
+
+Teacher = collections.namedtuple("Teacher", ["directory", "files", "checkpoint", "why"])
+
+
+def read_teacher(teacher_dir, kinds):
+  """The teacher in `teacher_dir`: its model files and the checkpoint to distill from.
+
+  Args:
+    teacher_dir: --teacher_dir, a trained output_dir.
+    kinds: the servable kinds the student's script trains (the teacher must be one).
+
+  Raises:
+    UsageError: no such directory, files missing, another kind, or no checkpoint.
+  """
+  if not os.path.isdir(teacher_dir):
+    raise UsageError("--teacher_dir=%s: no such directory; give the output_dir of a trained "
+                     "teacher." % teacher_dir)
+  files = model_files.find_model_files(
+      teacher_dir, "give the --output_dir of a teacher trained with --do_train.", kinds)
+  try:
+    checkpoint, why = checkpoints.checkpoint_for_inference(
+        teacher_dir, None, checkpoints.BEST_SUBDIR, output_dir_flag="--teacher_dir")
+  except UsageError:
+    raise UsageError("--teacher_dir=%s: no checkpoint there (neither in best/ nor a latest "
+                     "one); train the teacher first (--do_train)." % teacher_dir)
+  return Teacher(teacher_dir, files, checkpoint, why)
+
+
+def check_matches_student(teacher, settings, labels, vocab_file):
+  """Refuses a teacher whose outputs cannot teach this student.
+
+  Args:
+    teacher: a Teacher.
+    settings: the student's model_settings.json dict (what its records are made with).
+    labels: the student's label list, in id order.
+    vocab_file: the student's vocab.
+
+  Raises:
+    UsageError: one line naming the first difference.
+  """
+  where = "--teacher_dir=%s" % teacher.directory
+  theirs = teacher.files.settings
+  for field in sorted(set(theirs) | set(settings)):
+    if field in _FIELDS_NOT_COMPARED or theirs.get(field) == settings.get(field):
+      continue
+    raise UsageError("%s: the teacher's %s is %s, this run's %s; the teacher's outputs are "
+                     "computed on this run's records, so give the student the teacher's "
+                     "settings (its model_settings.json) or train a teacher with these." %
+                     (where, field, _shown(theirs.get(field)), _shown(settings.get(field))))
+  if list(teacher.files.labels) != list(labels):
+    raise UsageError("%s: the teacher's labels are %s, this run's %s; labels and their order "
+                     "must be the same (the teacher's labels.txt)." %
+                     (where, _shown_list(teacher.files.labels), _shown_list(labels)))
+  if model_files.read_utf8(teacher.files.vocab_file) != model_files.read_utf8(vocab_file):
+    raise UsageError("%s: the teacher's vocab.txt differs from --vocab_file=%s; a student "
+                     "reads the teacher's vocabulary: pass --vocab_file=%s." %
+                     (where, vocab_file, teacher.files.vocab_file))
+
+
+def _shown(value):
+  return "unset" if value is None else str(value).lower() if isinstance(value, bool) else \
+      repr(value) if isinstance(value, str) else str(value)
+
+
+def _shown_list(values, most=6):
+  shown = ", ".join(values[:most]) + (", ..." if len(values) > most else "")
+  return "[%s] (%d)" % (shown, len(values))
+
+
+def checkpoint_identity(checkpoint):
+  """The sha256 (hex) of a checkpoint's .index file.
+
+  The index holds every tensor's name, shape, place and crc32c checksum, so another
+  checkpoint (another run, another step, the same step retrained) has another identity,
+  whatever its path; reading it costs milliseconds where hashing the weights would not.
+  """
+  with open(checkpoint + ".index", "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def layer_prefixes(layers, teacher_config, student_config):
+  """dict student variable prefix -> teacher variable prefix of --init_from_teacher_layers:
+  student layer i starts from teacher layer layers[i] (the embeddings, pooler and head
+  start from the teacher's under their own names).
+
+  Args:
+    layers: the teacher layers (options.parse_layers), one per student layer.
+    teacher_config, student_config: their modeling.BertConfig.
+
+  Raises:
+    UsageError: a count or layer out of range, or a weight shape that differs.
+  """
+  flag = "--init_from_teacher_layers=%s" % ",".join(str(layer) for layer in layers)
+  teacher_layers = teacher_config.num_hidden_layers
+  for layer in layers:
+    if not 0 <= layer < teacher_layers:
+      raise UsageError("%s: the teacher has layers 0 to %d; layer %d is not one of them." %
+                       (flag, teacher_layers - 1, layer))
+  if len(layers) != student_config.num_hidden_layers:
+    raise UsageError("%s: %d layers for a student of %d (num_hidden_layers in "
+                     "--bert_config_file); give one teacher layer per student layer." %
+                     (flag, len(layers), student_config.num_hidden_layers))
+  for field in _SHAPE_FIELDS:
+    theirs, ours = getattr(teacher_config, field), getattr(student_config, field)
+    if theirs != ours:
+      raise UsageError("%s: the teacher's %s is %s, the student's %s; copied weights keep "
+                       "their shapes, so the student's --bert_config_file must have the "
+                       "teacher's %s." % (flag, field, theirs, ours, field))
+  return collections.OrderedDict((_LAYER_SCOPE % i, _LAYER_SCOPE % layer)
+                                 for i, layer in enumerate(layers))

@@ -1,0 +1,231 @@
+# coding=utf-8
+"""run_classifier_mgpu.py --teacher_dir end to end, on the demo data with tiny BERTs.
+
+A 2-layer teacher is trained once; 1-layer students learn from it:
+- the teacher's outputs: the stored logits of every training record (then every unlabelled
+  one) are the teacher's own predictions of those texts (predict_text.py on the teacher),
+  and each record keeps its label weight; a rerun reuses them, another teacher checkpoint
+  recomputes them;
+- --init_from_teacher_layers=1: the student's first checkpoint, written after a step at
+  learning rate 0, holds the teacher's layer 1 as its layer 0 and the teacher's embeddings,
+  pooler and head, every weight equal;
+- k towers = one device: 2 towers x 4 and 1 tower x 8 (no dropout) end with the same weights,
+  and both differ from the same run without the teacher;
+- the student exports, and predict_text.py on the export gives its predict.txt;
+- a --long_text=windows teacher gives one row of logits per document, a --multi_label
+  teacher one logit per label, and their students train.
+The loss itself is tested against NumPy in tests/distillation/.
+"""
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow.compat.v1 as tf
+
+import cli
+from classifier_runs import base_flags, read_lines, run_classifier, write_json, write_text
+
+TEACHER_LAYERS = 2
+
+
+def write_config(directory, demo_data, name, **overrides):
+  path = os.path.join(directory, name)
+  write_json(path, dict(demo_data.config, **overrides))
+  return path
+
+
+@pytest.fixture(scope="module")
+def teacher(demo_data, tmp_path_factory):
+  """(root directory, the teacher's output_dir), a 2-layer classifier."""
+  root = str(tmp_path_factory.mktemp("distillation"))
+  output_dir = os.path.join(root, "teacher")
+  config = write_config(root, demo_data, "teacher_config.json",
+                        num_hidden_layers=TEACHER_LAYERS)
+  cli.assert_succeeded(run_classifier(base_flags(
+      demo_data, output_dir, bert_config_file=config, do_predict=False, num_train_epochs=3,
+      random_seed=1)))
+  return root, output_dir
+
+
+def student_flags(demo_data, teacher_dir, output_dir, config, **overrides):
+  flags = base_flags(demo_data, output_dir, bert_config_file=config, teacher_dir=teacher_dir,
+                     random_seed=3)
+  flags.update(overrides)
+  return flags
+
+
+def distill_records(output_dir):
+  """(teacher_logits [n, labels], label_weight [n]) of output_dir's distillation records."""
+  paths = glob.glob(os.path.join(output_dir, "distill-*.tf_record"))
+  assert len(paths) == 1, paths
+  logits, weights = [], []
+  for record in tf.io.tf_record_iterator(paths[0]):
+    feature = tf.train.Example.FromString(record).features.feature
+    logits.append(list(feature["teacher_logits"].float_list.value))
+    weights.append(feature["label_weight"].float_list.value[0])
+  return np.array(logits), np.array(weights)
+
+
+def softmax(logits):
+  exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+  return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def predict_text(where_flag, texts, directory, name):
+  """predict_text.py's (labels, probabilities [n, labels]) of `texts`."""
+  input_file, output_file = os.path.join(directory, name + ".txt"), os.path.join(
+      directory, name + ".tsv")
+  write_text(input_file, "".join(text + "\n" for text in texts))
+  cli.assert_succeeded(cli.run_script("predict_text.py", cli.flag_list(dict(
+      where_flag, input_file=input_file, output_file=output_file))))
+  rows = [line.split("\t") for line in read_lines(output_file)]
+  assert len(rows) == len(texts)
+  return [row[0] for row in rows], np.array([[float(p) for p in row[2:]] for row in rows])
+
+
+@pytest.fixture(scope="module")
+def student(demo_data, teacher):
+  """A student distilled with unlabelled text and --init_from_teacher_layers=1, exported:
+  (output_dir, export_dir, unlabelled texts, its stderr)."""
+  root, teacher_dir = teacher
+  output_dir, export_dir = os.path.join(root, "student"), os.path.join(root, "export")
+  unlabeled = [text for _, text in demo_data.dev]
+  unlabeled_file = os.path.join(root, "unlabeled.txt")
+  write_text(unlabeled_file, "".join(text + "\n" for text in unlabeled))
+  config = write_config(root, demo_data, "student_config.json", num_hidden_layers=1)
+  # warmup_proportion=1: step 1 runs at learning rate 0, so model.ckpt-1 holds the start.
+  result = run_classifier(student_flags(
+      demo_data, teacher_dir, output_dir, config, unlabeled_file=unlabeled_file,
+      init_from_teacher_layers="1", distill_temperature=2.0, distill_alpha=0.7,
+      warmup_proportion=1.0, save_checkpoints_steps=1, keep_checkpoint_max=0,
+      export_dir=export_dir))
+  cli.assert_succeeded(result)
+  return output_dir, export_dir, unlabeled, result.stderr
+
+
+def test_the_stored_outputs_are_the_teachers_predictions_of_every_record(
+    demo_data, teacher, student):
+  output_dir, _, unlabeled, stderr = student
+  assert "Computing the teacher's outputs" in stderr
+  logits, weights = distill_records(output_dir)
+  texts = [text for _, text in demo_data.train] + unlabeled
+  assert logits.shape == (len(texts), len(demo_data.labels))
+  np.testing.assert_array_equal(weights, [1.0] * len(demo_data.train) + [0.0] * len(unlabeled))
+  _, probabilities = predict_text({"output_dir": teacher[1]}, texts, teacher[0], "teacher")
+  np.testing.assert_allclose(softmax(logits), probabilities, atol=1e-5)
+  assert "71 training examples (21 unlabelled)" in stderr
+
+
+def test_a_rerun_reuses_the_outputs_and_another_teacher_checkpoint_recomputes_them(
+    demo_data, teacher, tmp_path):
+  root, teacher_dir = teacher
+  config = write_config(str(tmp_path), demo_data, "student_config.json", num_hidden_layers=1)
+  output_dir = str(tmp_path / "student")
+  flags = student_flags(demo_data, teacher_dir, output_dir, config, do_eval=False,
+                        do_predict=False, num_train_epochs=0.5)
+  first = run_classifier(flags)
+  cli.assert_succeeded(first)
+  assert "Computing the teacher's outputs" in first.stderr
+  stored = distill_records(output_dir)[0]
+  again = run_classifier(flags)
+  cli.assert_succeeded(again)
+  assert "Reusing the teacher's outputs" in again.stderr
+  assert "Computing the teacher's outputs" not in again.stderr
+  # Another checkpoint of the teacher: its copy trained one more epoch.
+  other_teacher = str(tmp_path / "teacher_trained_on")
+  shutil.copytree(teacher_dir, other_teacher)
+  shutil.rmtree(os.path.join(other_teacher, "best"))
+  cli.assert_succeeded(run_classifier(base_flags(
+      demo_data, other_teacher, bert_config_file=os.path.join(root, "teacher_config.json"),
+      do_eval=False, do_predict=False, num_train_epochs=4, random_seed=1)))
+  third = run_classifier(dict(flags, teacher_dir=other_teacher))
+  cli.assert_succeeded(third)
+  assert "Computing the teacher's outputs" in third.stderr
+  recomputed = distill_records(output_dir)[0]  # the stale file is gone: only one is left
+  assert np.abs(recomputed - stored).max() > 1e-3
+
+
+def checkpoint_values(path):
+  reader = tf.train.load_checkpoint(path)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if not name.endswith(("adam_m", "adam_v")) and name != "global_step"}
+
+
+def test_init_from_teacher_layers_copies_exactly_those_layers(teacher, student):
+  teacher_best = tf.train.latest_checkpoint(os.path.join(teacher[1], "best"))
+  teachers = checkpoint_values(teacher_best)
+  start = checkpoint_values(os.path.join(student[0], "model.ckpt-1"))
+  assert any(name.startswith("bert/encoder/layer_0/") for name in start)
+  assert not any(name.startswith("bert/encoder/layer_1/") for name in start)
+  for name, value in start.items():
+    source = name.replace("bert/encoder/layer_0/", "bert/encoder/layer_1/")
+    np.testing.assert_array_equal(value, teachers[source], err_msg=name)
+  assert "student's layers 0, 1, ... from its layers 1" in student[3]
+
+
+def test_k_towers_give_one_devices_update(demo_data, teacher, tmp_path):
+  root, teacher_dir = teacher
+  config = write_config(str(tmp_path), demo_data, "student_config.json", num_hidden_layers=1,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  unlabeled_file = str(tmp_path / "unlabeled.txt")
+  write_text(unlabeled_file, "".join(text + "\n" for _, text in demo_data.test[:14]))
+  finals = {}
+  for name, n_gpus, batch, teacher_flags in (
+      ("two_towers", 2, 4, {"teacher_dir": teacher_dir, "unlabeled_file": unlabeled_file}),
+      ("one_tower", 1, 8, {"teacher_dir": teacher_dir, "unlabeled_file": unlabeled_file}),
+      ("no_teacher", 2, 4, {})):
+    output_dir = str(tmp_path / name)
+    flags = base_flags(demo_data, output_dir, bert_config_file=config, n_gpus=n_gpus,
+                       train_batch_size=batch, do_eval=False, do_predict=False,
+                       num_train_epochs=1, random_seed=5, distill_alpha=0.6,
+                       distill_temperature=3.0, **teacher_flags)
+    if not teacher_flags:
+      del flags["distill_alpha"], flags["distill_temperature"]
+    cli.assert_succeeded(run_classifier(flags))
+    finals[name] = checkpoint_values(tf.train.latest_checkpoint(output_dir))
+  for name, value in finals["one_tower"].items():
+    np.testing.assert_allclose(finals["two_towers"][name], value, rtol=1e-4, atol=1e-6,
+                               err_msg=name)
+  moved = max(np.abs(finals["two_towers"][name] - finals["no_teacher"][name]).max()
+              for name in finals["no_teacher"] if name in finals["two_towers"])
+  assert moved > 1e-3
+
+
+def test_the_student_exports_and_serves_its_predictions(demo_data, student):
+  output_dir, export_dir, _, _ = student
+  versions = sorted(os.listdir(export_dir))
+  assert versions
+  texts = [text for _, text in demo_data.test]
+  labels, _ = predict_text({"export_dir": os.path.join(export_dir, versions[-1])}, texts,
+                           os.path.dirname(output_dir), "student_export")
+  assert labels == read_lines(os.path.join(output_dir, "predict.txt"))
+
+
+@pytest.mark.parametrize("kind_flags", [
+    {"long_text": "windows", "doc_stride": 8, "max_seq_length": 16},
+    {"multi_label": True},
+], ids=["long_text_windows", "multi_label"])
+def test_long_text_and_multi_label_teachers_teach_their_kind(demo_data, tmp_path, kind_flags):
+  teacher_config = write_config(str(tmp_path), demo_data, "teacher.json", num_hidden_layers=2)
+  student_config = write_config(str(tmp_path), demo_data, "student.json", num_hidden_layers=1)
+  teacher_dir, output_dir = str(tmp_path / "teacher"), str(tmp_path / "student")
+  cli.assert_succeeded(run_classifier(base_flags(
+      demo_data, teacher_dir, bert_config_file=teacher_config, do_predict=False,
+      num_train_epochs=1, **kind_flags)))
+  result = run_classifier(base_flags(
+      demo_data, output_dir, bert_config_file=student_config, teacher_dir=teacher_dir,
+      num_train_epochs=1, distill_temperature=2.0, **kind_flags))
+  cli.assert_succeeded(result)
+  logits, weights = distill_records(output_dir)
+  assert logits.shape == (len(demo_data.train), len(demo_data.labels))  # one row a document
+  np.testing.assert_array_equal(weights, np.ones(len(demo_data.train)))
+  with open(os.path.join(output_dir, "model_settings.json"), encoding="utf-8") as f:
+    settings = json.load(f)
+  for flag, value in kind_flags.items():
+    if flag in ("long_text", "multi_label", "doc_stride"):
+      assert settings[flag] == value
+  assert len(read_lines(os.path.join(output_dir, "predict.txt"))) == len(demo_data.test)
