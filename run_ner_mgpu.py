@@ -27,6 +27,7 @@ import os
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu import command_line
+from bert_mgpu.distillation import options as distillation_options
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
@@ -67,6 +68,7 @@ def define_flags():
                     "output_dir/best; eval and predict use output_dir/best when it exists.")
   flags.DEFINE_integer("early_stopping_patience", 0, "Stop after this many evaluations "
                        "without a better --best_metric (0: never).")
+  distillation_options.define_flags(flags)
   command_line.define_fine_tuning_flags()
   command_line.define_export_flags("model")
 
@@ -90,6 +92,11 @@ def check_flags():
     raise UsageError(ner_model.RDROP_WITH_CRF % FLAGS.rdrop_alpha)
   if head in global_pointer.SPAN_HEADS and FLAGS.rdrop_alpha > 0:
     raise UsageError(global_pointer.RDROP_WITH_SPANS % (FLAGS.rdrop_alpha, head))
+  if FLAGS.teacher_dir and head != "tags":
+    raise UsageError("--teacher_dir with --ner_head=%s: distillation matches per-token tag "
+                     "distributions, which only --ner_head=tags gives (a CRF's or a span "
+                     "head's scores are not one); distill a tags student from a tags "
+                     "teacher." % head)
 
 
 def ner_head():
@@ -108,7 +115,7 @@ def settings_from_flags(export_format):
       doc_stride=FLAGS.doc_stride, ner_head=ner_head(), do_eval=FLAGS.do_eval,
       do_predict=FLAGS.do_predict, best_metric=FLAGS.best_metric,
       early_stopping_patience=FLAGS.early_stopping_patience,
-      export_format=export_format)
+      export_format=export_format, distillation=command_line.distillation_options())
 
 
 def main(_):

@@ -12,13 +12,13 @@ each split's record file, featurizing only the splits without a valid cache.
 import hashlib
 import json
 import os
-import re
 
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import class_labels
 from bert_mgpu.classifier import featurizing_pool
 from bert_mgpu.classifier import input_examples
+from bert_mgpu.data import cached_records
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.errors import UsageError, write_error
 import tokenization
@@ -31,14 +31,6 @@ _LOGGER = tf.get_logger().getChild("classifier_data")
 # Bump whenever the processors or the featurizing change what ends up in a
 # TFRecord file: cached features written by older code are then rebuilt.
 FEATURE_FORMAT_VERSION = 2  # 2: multi-label records (label_ids multi-hot)
-
-
-def _file_sha256(path):
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.digest()
 
 
 def features_cache_key(split, examples_file_paths, label_list, max_seq_length, vocab_file,
@@ -65,38 +57,9 @@ def features_cache_key(split, examples_file_paths, label_list, max_seq_length, v
   for path in list(examples_file_paths) + [vocab_file]:
     if not os.path.isfile(path):
       raise UsageError("%s: file not found; check the path" % path)
-    digest.update(_file_sha256(path))
-  digest.update(_file_sha256(os.path.splitext(tokenization.__file__)[0] + ".py"))
+    digest.update(cached_records.file_sha256(path))
+  digest.update(cached_records.file_sha256(os.path.splitext(tokenization.__file__)[0] + ".py"))
   return digest.hexdigest()
-
-
-_CACHE_NAME = re.compile(r"^(?P<split>.+)-(?P<key>[0-9a-f]{16})\.(tf_record|json)$")
-
-
-def read_cache_info(info_path, record_path, key):
-  """The cache's info dict when it is complete and made for `key`, else None."""
-  if not (os.path.isfile(info_path) and os.path.isfile(record_path)):
-    return None
-  try:
-    with open(info_path, "r", encoding="utf-8") as f:
-      info = json.load(f)
-  except (OSError, ValueError):
-    return None
-  if (not isinstance(info, dict) or info.get("key") != key
-      or info.get("record_bytes") != os.path.getsize(record_path)
-      or not isinstance(info.get("num_examples"), int)):
-    return None
-  return info
-
-
-def remove_stale_caches(output_dir, split, keep_names):
-  """Deletes this split's cache files made for other inputs (they are never reused); the
-  distillation records (classifier/distillation.py) are a split of their own."""
-  for name in os.listdir(output_dir):
-    match = _CACHE_NAME.match(name)
-    if match and match.group("split") == split and name not in keep_names:
-      _LOGGER.info("removing stale cached features %s", os.path.join(output_dir, name))
-      os.remove(os.path.join(output_dir, name))
 
 
 def split_caches(splits, processor, data_dir, input_files=None, **settings):
@@ -203,7 +166,7 @@ class FeatureCache(object):
     """The info dict of a valid cache in cache_dir, else None (the split needs
     featurizing)."""
     record_path, info_path = self.paths(cache_dir)
-    return read_cache_info(info_path, record_path, self.key)
+    return cached_records.read_cache_info(info_path, record_path, self.key)
 
   def features(self, examples, cache_dir, num_workers=None,
                pool_threshold=featurizing_pool.POOL_THRESHOLD, pool=None):
@@ -254,6 +217,7 @@ class FeatureCache(object):
       atomic_write_text(info_path, json.dumps(info, indent=2, sort_keys=True) + "\n")
     except OSError as e:
       raise write_error(info_path, e)
-    remove_stale_caches(cache_dir, self.split,
-                         (os.path.basename(record_path), os.path.basename(info_path)))
+    cached_records.remove_stale_caches(
+        cache_dir, self.split, (os.path.basename(record_path), os.path.basename(info_path)),
+        _LOGGER.info)
     return record_path, num_examples

@@ -45,7 +45,7 @@ def create_model_fn(bert_config, num_labels, multi_label=False, window_pooling=N
   probabilities. With rdrop_alpha > 0, training runs two passes and adds their divergence
   (bert_mgpu/training/rdrop.py); "per_example_loss" is the first pass's cross-entropy.
   With distillation (distillation/options.DistillationOptions: its temperature and alpha),
-  training batches that carry the teacher's logits (classifier/distillation.py) are trained
+  training batches that carry the teacher's logits (distillation/teacher_outputs.py) are trained
   on the distillation loss (distillation/losses.py), averaged over the examples;
   "per_example_loss" stays the cross-entropy. With labels, "logits" is the float32
   [batch, num_labels] before the softmax or sigmoids (what the teacher pass stores).

@@ -16,7 +16,7 @@ import contextlib
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import class_labels
-from bert_mgpu.classifier import distillation
+from bert_mgpu.classifier import unlabeled_examples
 from bert_mgpu.classifier import feature_cache
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
@@ -31,6 +31,7 @@ from bert_mgpu import bert_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.distillation import options as distillation_options
 from bert_mgpu.distillation import teacher as teacher_lib
+from bert_mgpu.distillation import teacher_outputs
 from bert_mgpu.serving import onnx_export
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
@@ -171,23 +172,18 @@ class ClassifierTask(job.Task):
     self._teacher_config = bert_files.load_bert_config(self.teacher.files.bert_config_file,
                                                        s.max_seq_length)
     if options.unlabeled_file:
-      self._unlabeled = distillation.read_unlabeled_examples(
+      self._unlabeled = unlabeled_examples.read_unlabeled_examples(
           options.unlabeled_file, any(example.text_b for example in self.splits["train"]))
     if options.teacher_layers is not None:
-      job_settings = self.job_settings
-      job_settings.init_checkpoint_prefixes = teacher_lib.layer_prefixes(
-          options.teacher_layers, self._teacher_config, self.bert_config)
-      job_settings.init_checkpoint = self.teacher.checkpoint
-      job_settings.init_checkpoint_description = (
-          "the teacher's %s (the student's layers 0, 1, ... from its layers %s, and its "
-          "embeddings, pooler and head)" % (self.teacher.checkpoint, ",".join(
-              str(layer) for layer in options.teacher_layers)))
+      teacher_lib.start_from_teacher_layers(self.job_settings, self.teacher,
+                                            options.teacher_layers, self._teacher_config,
+                                            self.bert_config)
 
   def _featurized_splits(self):
     """dict split -> examples of every split to featurize (the unlabelled ones too)."""
     if not self._unlabeled:
       return self.splits
-    return dict(self.splits, **{distillation.UNLABELED_SPLIT: self._unlabeled})
+    return dict(self.splits, **{unlabeled_examples.UNLABELED_SPLIT: self._unlabeled})
 
   def train_size(self):
     return (len(self.splits.get("train", ())) + len(self._unlabeled),
@@ -206,7 +202,7 @@ class ClassifierTask(job.Task):
           s.num_workers or None, label_list=self.label_list, max_seq_length=s.max_seq_length,
           vocab_file=s.vocab_file, do_lower_case=s.do_lower_case,
           options=s.feature_options(),
-          input_files={distillation.UNLABELED_SPLIT: [s.distillation.unlabeled_file]})
+          input_files={unlabeled_examples.UNLABELED_SPLIT: [s.distillation.unlabeled_file]})
     with self._pool:
       yield
 
@@ -233,10 +229,10 @@ class ClassifierTask(job.Task):
     self._train_records = self._record_files.get("train")
     if self.teacher is not None:
       sources = [(self._caches[split].key, self._record_files[split], labelled)
-                 for split, labelled in (("train", True), (distillation.UNLABELED_SPLIT, False))
+                 for split, labelled in (("train", True), (unlabeled_examples.UNLABELED_SPLIT, False))
                  if split in self._record_files]
       teacher_model_fn = classifier_model.model_fn_of(self.teacher.files, self._teacher_config)
-      self._train_records = distillation.teacher_records(
+      self._train_records = teacher_outputs.stored_teacher_outputs(
           sources, self.teacher, teacher_model_fn, config, self._feature_spec(),
           config.cache_dir)[0]
 
@@ -259,7 +255,7 @@ class ClassifierTask(job.Task):
   def make_train_dataset(self, config):
     spec = self._feature_spec()
     if self.teacher is not None:
-      spec = distillation.training_feature_spec(spec, len(self.label_list))
+      spec = teacher_outputs.training_feature_spec(spec, [len(self.label_list)])
     return lambda skip: tfrecord_io.make_dataset(
         [self._train_records], spec, config.micro_batch_size, is_training=True,
         seed=self.job_settings.random_seed, shuffle_buffer=self._shuffle_buffer(),

@@ -108,6 +108,24 @@ def checkpoint_identity(checkpoint):
     return hashlib.sha256(f.read()).hexdigest()
 
 
+def start_from_teacher_layers(job_settings, teacher, layers, teacher_config, student_config):
+  """Makes a new run start from the teacher's checkpoint, the student's layer i read from
+  teacher layer layers[i] (--init_from_teacher_layers): sets job_settings' init_checkpoint,
+  init_checkpoint_prefixes and init_checkpoint_description (training/checkpoints.py reads
+  them; a resumed run keeps its own checkpoint).
+
+  Raises:
+    UsageError: as layer_prefixes.
+  """
+  job_settings.init_checkpoint_prefixes = layer_prefixes(layers, teacher_config,
+                                                         student_config)
+  job_settings.init_checkpoint = teacher.checkpoint
+  job_settings.init_checkpoint_description = (
+      "the teacher's %s (the student's layers 0, 1, ... from its layers %s, and its "
+      "embeddings, pooler and head)" % (teacher.checkpoint, ",".join(str(layer)
+                                                                     for layer in layers)))
+
+
 def layer_prefixes(layers, teacher_config, student_config):
   """dict student variable prefix -> teacher variable prefix of --init_from_teacher_layers:
   student layer i starts from teacher layer layers[i] (the embeddings, pooler and head

@@ -43,9 +43,11 @@ class TagHeads(object):
   def feature_spec(self, max_seq_length, unused_max_spans):
     return ner_splits.feature_spec(max_seq_length)
 
-  def create_model_fn(self, bert_config, num_labels, max_seq_length, rdrop_alpha):
+  def create_model_fn(self, bert_config, num_labels, max_seq_length, rdrop_alpha,
+                      distillation=None):
     return ner_model.create_model_fn(bert_config, num_labels, self.use_crf,
-                                     max_seq_length=max_seq_length, rdrop_alpha=rdrop_alpha)
+                                     max_seq_length=max_seq_length, rdrop_alpha=rdrop_alpha,
+                                     distillation=distillation)
 
   def training_dataset(self, dataset, num_replicas):
     """The token mean over the global batch: per-token loss weights."""
@@ -90,7 +92,8 @@ class SpanHeads(object):
   def feature_spec(self, max_seq_length, max_spans):
     return ner_splits.span_feature_spec(max_seq_length, max_spans)
 
-  def create_model_fn(self, bert_config, num_labels, max_seq_length, unused_rdrop_alpha):
+  def create_model_fn(self, bert_config, num_labels, max_seq_length, unused_rdrop_alpha,
+                      unused_distillation=None):
     # A window outputs as many best pairs as it has positions: more spans above 0 than
     # that is logged (predictions.sentence_spans).
     return global_pointer.create_model_fn(bert_config, num_labels, self.ner_head,

@@ -12,6 +12,7 @@ the other pieces, [CLS], [SEP] and padding are ignored in the loss and in decodi
 
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.distillation import losses as distillation_losses
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import crf
 from bert_mgpu.training import checkpoints
@@ -114,8 +115,27 @@ def _rdrop_loss(loss, logits, second_logits, features, alpha):
   return rdrop.combined_loss(loss, second_loss, tf.reduce_sum(row_divergence * weight), alpha)
 
 
+def _distillation_loss(logits, features, distillation, max_seq_length):
+  """The tag head's distillation loss (distillation/losses.py) from its logits
+  [batch, seq, tags] and the teacher's (records of max_seq_length positions; a batch may
+  be cut shorter): per labelled token, weighted like the token cross-entropy."""
+  num_tags = logits.shape[-1]
+  teacher = tf.reshape(features[distillation_losses.TEACHER_LOGITS],
+                       [-1, max_seq_length, num_tags])[:, :tf.shape(logits)[1], :]
+  divergence = distillation_losses.categorical_divergence(teacher, logits,
+                                                          distillation.temperature)
+  log_probs = tf.nn.log_softmax(logits, axis=-1)
+  one_hot = tf.one_hot(features["tag_ids"], depth=num_tags, dtype=tf.float32)
+  cross_entropy = -tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch, seq]
+  per_token = distillation_losses.example_losses(
+      divergence, cross_entropy, features[distillation_losses.LABEL_WEIGHT][:, None],
+      distillation.alpha)
+  row_loss = tf.reduce_sum(per_token * tf.cast(features["tag_mask"], tf.float32), axis=1)
+  return tf.reduce_sum(row_loss * features["loss_weight"])
+
+
 def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
-                    rdrop_alpha=0.0):
+                    rdrop_alpha=0.0, distillation=None):
   """Returns model_fn(features, is_training): BERT + the tagging head.
 
   Args:
@@ -127,11 +147,15 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
       to this length, so that prediction batches of any length concatenate.
     rdrop_alpha: > 0 (tag head only): training runs two passes and adds their per-token
       divergence (bert_mgpu/training/rdrop.py).
+    distillation: distillation/options.DistillationOptions (tag head only; needs
+      max_seq_length): training batches that carry the teacher's logits train on the
+      distillation loss per labelled token, weighted like the token cross-entropy.
 
   Returns:
     model_fn; its outputs are "tag_ids" [batch, seq] (the Viterbi path with the CRF, else
     the argmax; 0 on pieces that are not first), "probabilities" [batch, seq, num_tags]
-    (the softmax of the per-piece scores) and, with tag_ids in the features, "loss".
+    (the softmax of the per-piece scores) and, with tag_ids in the features, "loss" and
+    "logits" [batch, seq, num_tags] (what a teacher's pass stores).
   """
   if use_crf and rdrop_alpha > 0:
     raise ValueError(RDROP_WITH_CRF % rdrop_alpha)
@@ -162,6 +186,7 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
       # the tokens it sums over.
       outputs["row_loss"] = nll if use_crf else _row_token_losses(logits, features)
       outputs["row_tokens"] = tf.reduce_sum(tf.cast(features["tag_mask"], tf.float32), axis=1)
+      outputs["logits"] = logits
     if "loss_weight" in features:
       # The CRF: the mean over rows. Tokens: loss_weight = (towers x workers) / (first
       # pieces of the whole micro-batch), set by the input pipeline, so that the mean of
@@ -174,10 +199,15 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
           second_logits, _ = logits_of(features, is_training)  # its own dropout masks
         outputs["loss"] = _rdrop_loss(outputs["loss"], logits, second_logits, features,
                                       rdrop_alpha)
+      if (is_training and distillation is not None and
+          distillation_losses.TEACHER_LOGITS in features):
+        outputs["loss"] = _distillation_loss(logits, features, distillation, max_seq_length)
     if max_seq_length:
       padding = max_seq_length - tf.shape(logits)[1]
       outputs["tag_ids"] = tf.pad(outputs["tag_ids"], [[0, 0], [0, padding]])
       outputs["probabilities"] = tf.pad(outputs["probabilities"],
                                         [[0, 0], [0, padding], [0, 0]])
+      if "logits" in outputs:
+        outputs["logits"] = tf.pad(outputs["logits"], [[0, 0], [0, padding], [0, 0]])
     return outputs
   return model_fn

@@ -56,9 +56,10 @@ def _serialized(window, **labels):
   (lists of int)."""
   features = dict(labels, input_ids=window.input_ids, input_mask=window.input_mask,
                   segment_ids=window.segment_ids)
+  # Deterministic: the same windows give the same bytes (distillation keys them by content).
   return tf.train.Example(features=tf.train.Features(feature={
       name: tfrecord_io.int64_feature(values) for name, values in features.items()
-  })).SerializeToString()
+  })).SerializeToString(deterministic=True)
 
 
 def window_records(windows):

@@ -14,11 +14,19 @@ Outputs in output_dir: labels.txt, eval_results.txt, eval_report.txt and .json, 
 (conll) or predict.json (cluener), predict_entities.jsonl.
 """
 
+import os
+
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu import bert_files
+from bert_mgpu.data import cached_records
 from bert_mgpu.data import label_files
+from bert_mgpu.data import text_files
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu.distillation import options as distillation_options
+from bert_mgpu.distillation import teacher as teacher_lib
+from bert_mgpu.distillation import teacher_outputs
+from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import heads as ner_heads
 from bert_mgpu.ner import predictions
@@ -48,13 +56,17 @@ class NerSettings(object):
     export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
     head: the ner_head's family (ner/heads.py: TagHeads or SpanHeads), which the task
       asks for everything that differs between tags and spans.
+    distillation: distillation.options.DistillationOptions (--teacher_dir and its flags;
+      the tag head only).
   """
 
   def __init__(self, data_dir, vocab_file, bert_config_file, data_format="auto",
                do_lower_case=True, max_seq_length=128, doc_stride=64, use_crf=False,
                do_eval=False, do_predict=False, best_metric="f1", early_stopping_patience=0,
-               export_format=onnx_export.ExportFormat(), ner_head=None):
+               export_format=onnx_export.ExportFormat(), ner_head=None,
+               distillation=distillation_options.NO_DISTILLATION):
     self.export_format = export_format
+    self.distillation = distillation
     self.data_dir = data_dir
     self.data_format = data_format
     self.vocab_file = vocab_file
@@ -91,6 +103,10 @@ class NerTask(job.Task):
     self.bert_config = self.tokenizer = None
     self.splits = None  # split name -> ner_splits.Split
     self.data_format = self.label_list = self.scheme = None
+    # Distillation (--teacher_dir): the teacher, its BERT config, the unlabelled sentences
+    # windowed, and the records training reads (the training split's, or the teacher's).
+    self.teacher = self._teacher_config = None
+    self._unlabeled_windows, self._train_records = [], None
 
   def read_inputs(self):
     s = self.settings
@@ -103,6 +119,32 @@ class NerTask(job.Task):
     self.splits, self.data_format, self.label_list, self.scheme = ner_splits.read_splits(
         s.data_dir, s.data_format, split_names, self.job_settings.output_dir, s.head.spans)
     self.max_spans = None  # span heads: the records' padded span count (featurize)
+    if s.distillation.distills:
+      self._read_teacher()
+
+  def _read_teacher(self):
+    """Reads and checks the teacher, windows the unlabelled sentences (one per line, a
+    token per character, as predict_text.py reads texts), and sets where the student starts
+    with --init_from_teacher_layers."""
+    s, options = self.settings, self.settings.distillation
+    self.teacher = teacher_lib.read_teacher(options.teacher_dir, (ner_serving.NER_KIND,))
+    teacher_lib.check_matches_student(self.teacher, s.model_settings(), self.label_list,
+                                      s.vocab_file)
+    self._teacher_config = bert_files.load_bert_config(self.teacher.files.bert_config_file,
+                                                       s.max_seq_length)
+    if options.unlabeled_file:
+      texts = [line for _, line in text_files.text_lines(options.unlabeled_file)
+               if line.strip()]
+      if not texts:
+        raise UsageError("--unlabeled_file=%s: no text in it; give one sentence per line, "
+                         "or leave the flag out." % options.unlabeled_file)
+      self._unlabeled_windows = [window for _, windows in featurizing.featurize_sentences(
+          ner_serving.sentences_of_texts(texts), self.tokenizer, self.label_list,
+          s.max_seq_length, s.doc_stride) for window in windows]
+    if options.teacher_layers is not None:
+      teacher_lib.start_from_teacher_layers(self.job_settings, self.teacher,
+                                            options.teacher_layers, self._teacher_config,
+                                            self.bert_config)
 
   def train_size(self):
     if not self.job_settings.do_train:
@@ -111,7 +153,9 @@ class NerTask(job.Task):
     ner_splits.featurize_split(self.splits["train"], self.tokenizer, self.label_list,
                                self.settings.max_seq_length, self.settings.doc_stride,
                                self.settings.head.spans)
-    return len(self.splits["train"].windows), "training windows"
+    unlabeled = len(self._unlabeled_windows)
+    return (len(self.splits["train"].windows) + unlabeled,
+            "training windows" + (" (%d unlabelled)" % unlabeled if unlabeled else ""))
 
   def check_start(self, config):
     """A span head's scores must fit their bound. Without training, the checkpoint to tag
@@ -142,21 +186,44 @@ class NerTask(job.Task):
     self.max_spans = ner_splits.featurize(
         self.splits, self.tokenizer, self.label_list, config.cache_dir,
         self.settings.max_seq_length, self.settings.doc_stride, self.settings.head.spans)
+    self._train_records = self.splits["train"].record_file if "train" in self.splits else None
+    if self.teacher is not None:
+      self._train_records = self._stored_teacher_outputs(config)
+
+  def _stored_teacher_outputs(self, config):
+    """The training records with the teacher's logits (distillation/teacher_outputs.py),
+    keyed by the records' content: NER's records are rewritten on every run, alike."""
+    record_files = [(self.splits["train"].record_file, True)]
+    if self._unlabeled_windows:
+      path = os.path.join(config.cache_dir, "ner_unlabeled.tf_record")
+      tfrecord_io.write_records_atomically(path,
+                                           ner_splits.window_records(self._unlabeled_windows))
+      record_files.append((path, False))
+    sources = [(cached_records.file_sha256(path).hex(), path, labelled)
+               for path, labelled in record_files]
+    teacher_model_fn = self.settings.head.create_model_fn(
+        self._teacher_config, len(self.label_list), self.settings.max_seq_length, 0.0)
+    return teacher_outputs.stored_teacher_outputs(sources, self.teacher, teacher_model_fn,
+                                                  config, self._feature_spec(),
+                                                  config.cache_dir)[0]
 
   def _feature_spec(self):
     return self.settings.head.feature_spec(self.settings.max_seq_length, self.max_spans)
 
   def make_model_fn(self):
-    return self.settings.head.create_model_fn(self.bert_config, len(self.label_list),
-                                              self.settings.max_seq_length,
-                                              self.job_settings.rdrop_alpha)
+    return self.settings.head.create_model_fn(
+        self.bert_config, len(self.label_list), self.settings.max_seq_length,
+        self.job_settings.rdrop_alpha, self.settings.distillation if self.teacher else None)
 
   def _shuffle_buffer(self):
-    return min(len(self.splits["train"].windows), 100000)
+    return min(len(self.splits["train"].windows) + len(self._unlabeled_windows), 100000)
 
   def make_train_dataset(self, config):
     spec, num_replicas = self._feature_spec(), config.num_towers * config.num_workers
-    record_file, shuffle_buffer = self.splits["train"].record_file, self._shuffle_buffer()
+    if self.teacher is not None:
+      spec = teacher_outputs.training_feature_spec(
+          spec, [self.settings.max_seq_length, len(self.label_list)])
+    record_file, shuffle_buffer = self._train_records, self._shuffle_buffer()
     head = self.settings.head
     return lambda skip: head.training_dataset(tfrecord_io.make_dataset(
         [record_file], spec, config.micro_batch_size, is_training=True,

@@ -17,7 +17,6 @@ A 2-layer teacher is trained once; 1-layer students learn from it:
 The loss itself is tested against NumPy in tests/distillation/.
 """
 
-import glob
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
+from distill_records import distill_records
 from classifier_runs import base_flags, read_lines, run_classifier, write_json, write_text
 
 TEACHER_LAYERS = 2
@@ -56,18 +56,6 @@ def student_flags(demo_data, teacher_dir, output_dir, config, **overrides):
                      random_seed=3)
   flags.update(overrides)
   return flags
-
-
-def distill_records(output_dir):
-  """(teacher_logits [n, labels], label_weight [n]) of output_dir's distillation records."""
-  paths = glob.glob(os.path.join(output_dir, "distill-*.tf_record"))
-  assert len(paths) == 1, paths
-  logits, weights = [], []
-  for record in tf.io.tf_record_iterator(paths[0]):
-    feature = tf.train.Example.FromString(record).features.feature
-    logits.append(list(feature["teacher_logits"].float_list.value))
-    weights.append(feature["label_weight"].float_list.value[0])
-  return np.array(logits), np.array(weights)
 
 
 def softmax(logits):

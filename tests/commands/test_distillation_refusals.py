@@ -10,7 +10,7 @@ on the same data, or on a copy with something changed (the labels, the vocab, an
 file), each against that teacher. The refusals come from the flags
 (bert_mgpu/distillation/options.py, command_line.distillation_options), from the teacher's
 files (bert_mgpu/distillation/teacher.py) and from --unlabeled_file
-(bert_mgpu/classifier/distillation.py). The runs go two at a time.
+(bert_mgpu/classifier/unlabeled_examples.py). The runs go two at a time.
 """
 
 import collections
