@@ -22,6 +22,9 @@ at most 0.15x its batch-1 p50. Time it on an idle machine.
 
   .venv-tf2/bin/python scripts/bench_distilled_serving.py --csv /work/data/waimai_10k.csv \\
       --work_dir /work/bench48
+
+(--prepare_only makes the exports, about 10 minutes on 2 cores, which need no idle machine;
+the same command again then only measures.)
 """
 
 import argparse
@@ -137,6 +140,8 @@ def parse_args():
   parser.add_argument("--batch32_texts", type=int, default=640)
   parser.add_argument("--process_texts", type=int, default=1000)
   parser.add_argument("--speed_seq_length", type=int, default=64)
+  parser.add_argument("--prepare_only", action="store_true",
+                      help="make the two exports and stop (they need no idle machine)")
   args = parser.parse_args()
   args.work_dir = os.path.abspath(args.work_dir)
   # make_data's split and config (the speed models take BERT-base's config instead).
@@ -154,6 +159,9 @@ def main():
                         num_hidden_layers=args.student_layers)
   student_dir = bench_backends.make_speed_model(
       args, data_dir, "student%d" % args.student_layers, student_config)
+  if args.prepare_only:
+    bench_backends.log("exports ready: %s, %s" % (teacher_dir, student_dir))
+    return
   first = bench_backends.cpu_record()
   emit(first)
   texts = bench_backends.read_split(data_dir, "test")[1]

@@ -16,7 +16,6 @@ import contextlib
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.classifier import class_labels
-from bert_mgpu.classifier import unlabeled_examples
 from bert_mgpu.classifier import feature_cache
 from bert_mgpu.classifier import featurizing
 from bert_mgpu.classifier import input_examples
@@ -27,6 +26,7 @@ from bert_mgpu.classifier import predictions
 from bert_mgpu.classifier import records
 from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.classifier import task_registry
+from bert_mgpu.classifier import unlabeled_examples
 from bert_mgpu import bert_files
 from bert_mgpu.data import tfrecord_io
 from bert_mgpu.distillation import options as distillation_options
@@ -141,9 +141,9 @@ class ClassifierTask(job.Task):
     self.processor = None
     self.splits, self.label_list = None, None
     self._caches, self._pool, self._record_files = None, None, None
-    # Distillation (--teacher_dir): the teacher, its BERT config, the unlabelled examples,
-    # and the records training reads (the training split's, or with the teacher's logits).
-    self.teacher, self._teacher_config, self._unlabeled = None, None, []
+    # Distillation (--teacher_dir): the teacher, the unlabelled examples, and the records
+    # training reads (the training split's, or with the teacher's logits).
+    self.teacher, self._unlabeled = None, []
     self._train_records = None
 
   def read_inputs(self):
@@ -165,19 +165,14 @@ class ClassifierTask(job.Task):
     """Reads and checks the teacher, the unlabelled examples, and where the student starts
     (--init_from_teacher_layers: the teacher's checkpoint, read under the layers' names)."""
     s, options = self.settings, self.settings.distillation
-    self.teacher = teacher_lib.read_teacher(options.teacher_dir,
-                                            (classifier_serving.CLASSIFIER_KIND,))
-    teacher_lib.check_matches_student(self.teacher, s.model_settings(), self.label_list,
-                                      s.vocab_file)
-    self._teacher_config = bert_files.load_bert_config(self.teacher.files.bert_config_file,
-                                                       s.max_seq_length)
+    self.teacher = teacher_lib.prepare_teacher(
+        options, (classifier_serving.CLASSIFIER_KIND,), dict(
+            settings=s.model_settings(), labels=self.label_list, vocab_file=s.vocab_file,
+            max_seq_length=s.max_seq_length, bert_config=self.bert_config,
+            output_dir=self.job_settings.output_dir), self.job_settings)
     if options.unlabeled_file:
       self._unlabeled = unlabeled_examples.read_unlabeled_examples(
           options.unlabeled_file, any(example.text_b for example in self.splits["train"]))
-    if options.teacher_layers is not None:
-      teacher_lib.start_from_teacher_layers(self.job_settings, self.teacher,
-                                            options.teacher_layers, self._teacher_config,
-                                            self.bert_config)
 
   def _featurized_splits(self):
     """dict split -> examples of every split to featurize (the unlabelled ones too)."""
@@ -201,8 +196,9 @@ class ClassifierTask(job.Task):
           self._featurized_splits(), self.processor, s.data_dir, cache_dir, s.task_name,
           s.num_workers or None, label_list=self.label_list, max_seq_length=s.max_seq_length,
           vocab_file=s.vocab_file, do_lower_case=s.do_lower_case,
-          options=s.feature_options(),
-          input_files={unlabeled_examples.UNLABELED_SPLIT: [s.distillation.unlabeled_file]})
+          options=s.feature_options(), input_files=(
+              {unlabeled_examples.UNLABELED_SPLIT: [s.distillation.unlabeled_file]}
+              if self._unlabeled else None))
     with self._pool:
       yield
 
@@ -229,9 +225,11 @@ class ClassifierTask(job.Task):
     self._train_records = self._record_files.get("train")
     if self.teacher is not None:
       sources = [(self._caches[split].key, self._record_files[split], labelled)
-                 for split, labelled in (("train", True), (unlabeled_examples.UNLABELED_SPLIT, False))
+                 for split, labelled in (("train", True),
+                                         (unlabeled_examples.UNLABELED_SPLIT, False))
                  if split in self._record_files]
-      teacher_model_fn = classifier_model.model_fn_of(self.teacher.files, self._teacher_config)
+      teacher_model_fn = classifier_model.model_fn_of(self.teacher.files,
+                                                      self.teacher.bert_config)
       self._train_records = teacher_outputs.stored_teacher_outputs(
           sources, self.teacher, teacher_model_fn, config, self._feature_spec(),
           config.cache_dir)[0]

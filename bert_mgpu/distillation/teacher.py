@@ -11,8 +11,10 @@ outputs, must be the teacher's own.
 
 import collections
 import hashlib
+import json
 import os
 
+from bert_mgpu import bert_files
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import model_files
 from bert_mgpu.training import checkpoints
@@ -21,23 +23,80 @@ from bert_mgpu.training import checkpoints
 # teach "iflytek" read from the same files) and how the label fields were split.
 _FIELDS_NOT_COMPARED = ("task_name", "label_separator")
 
-# BERT config fields that decide the shapes of the weights --init_from_teacher_layers copies.
+# BERT config fields that decide the shapes of the weights --init_from_teacher_layers copies
+# (and the heads, which decide how the attention weights are read).
 _SHAPE_FIELDS = ("hidden_size", "intermediate_size", "vocab_size", "type_vocab_size",
-                 "max_position_embeddings")
+                 "max_position_embeddings", "num_attention_heads")
+
+# The files of the teacher's outputs in a student's output_dir (teacher_outputs.py).
+OUTPUTS_PREFIX = "distill-"
 
 # The encoder layer's variable scope, as modeling.py names it.
 _LAYER_SCOPE = "bert/encoder/layer_%d/"
 
 
-Teacher = collections.namedtuple("Teacher", ["directory", "files", "checkpoint", "why"])
+Teacher = collections.namedtuple("Teacher", ["directory", "files", "checkpoint", "why",
+                                             "identity", "bert_config"])
+Teacher.__doc__ = """A run's teacher (read_teacher).
+
+Fields:
+  directory: --teacher_dir.
+  files: its serving/model_files.ModelFiles.
+  checkpoint, why: the checkpoint to distill from (best/, else the latest) and why.
+  identity: checkpoint_identity(checkpoint).
+  bert_config: its modeling.BertConfig.
+"""
 
 
-def read_teacher(teacher_dir, kinds):
+def prepare_teacher(options, kinds, student, job_settings):
+  """Reads and checks the teacher of a run that distills, and with --init_from_teacher_layers
+  makes a new run start from it (start_from_teacher_layers).
+
+  Args:
+    options: the run's distillation.options.DistillationOptions.
+    kinds: the servable kinds the student's script trains (the teacher must be one).
+    student: dict with the student's "settings" (its model_settings.json dict), "labels",
+      "vocab_file", "max_seq_length", "bert_config" and "output_dir".
+    job_settings: the run's JobSettings (its start may be set).
+
+  Returns:
+    The Teacher.
+
+  Raises:
+    UsageError: read_teacher's, check_matches_student's, layer_prefixes' and
+      check_resumed_student's refusals.
+  """
+  if _same_or_inside(options.teacher_dir, student["output_dir"]):
+    raise UsageError("--teacher_dir=%s and --output_dir=%s overlap: the student would "
+                     "overwrite its teacher; give the student an output_dir of its own." %
+                     (options.teacher_dir, student["output_dir"]))
+  teacher = read_teacher(options.teacher_dir, kinds, student["max_seq_length"])
+  check_matches_student(teacher, student["settings"], student["labels"],
+                        student["vocab_file"])
+  check_resumed_student(teacher, student["output_dir"])
+  if options.teacher_layers is not None:
+    start_from_teacher_layers(job_settings, teacher, options.teacher_layers,
+                              student["bert_config"])
+  return teacher
+
+
+def _same_or_inside(directory, other):
+  """Whether two directories are one, or one holds the other."""
+  first, second = (os.path.realpath(path) for path in (directory, other))
+  return first == second or (first + os.sep).startswith(second + os.sep) or \
+      (second + os.sep).startswith(first + os.sep)
+
+
+def read_teacher(teacher_dir, kinds, max_seq_length):
   """The teacher in `teacher_dir`: its model files and the checkpoint to distill from.
 
   Args:
     teacher_dir: --teacher_dir, a trained output_dir.
     kinds: the servable kinds the student's script trains (the teacher must be one).
+    max_seq_length: the student's (the teacher's config must allow it).
+
+  Returns:
+    The Teacher.
 
   Raises:
     UsageError: no such directory, files missing, another kind, or no checkpoint.
@@ -53,7 +112,45 @@ def read_teacher(teacher_dir, kinds):
   except UsageError:
     raise UsageError("--teacher_dir=%s: no checkpoint there (neither in best/ nor a latest "
                      "one); train the teacher first (--do_train)." % teacher_dir)
-  return Teacher(teacher_dir, files, checkpoint, why)
+  try:
+    identity = checkpoint_identity(checkpoint)
+  except OSError as e:
+    raise UsageError("--teacher_dir=%s: cannot read %s.index (%s); check the teacher's "
+                     "files." % (teacher_dir, checkpoint, e.strerror or e))
+  bert_config = bert_files.load_bert_config(files.bert_config_file, max_seq_length)
+  return Teacher(teacher_dir, files, checkpoint, why, identity, bert_config)
+
+
+def check_resumed_student(teacher, output_dir):
+  """Refuses to resume a student with another teacher checkpoint than the one whose outputs
+  it trained on (the teacher trained on since, say): its targets would change mid-run.
+
+  The outputs a run trained on are named in output_dir's distill-*.json
+  (teacher_outputs.py); a new run (no checkpoint in output_dir) may take any teacher.
+  """
+  if not checkpoints.latest_checkpoint(output_dir):
+    return
+  used = teacher_outputs_identities(output_dir)
+  if used and teacher.identity not in used:
+    raise UsageError(
+        "--teacher_dir=%s: %s is not the teacher checkpoint this student has trained on "
+        "(%s), and --output_dir=%s resumes it; resume with that teacher, or start the "
+        "student in a new output_dir." % (teacher.directory, teacher.checkpoint,
+                                          ", ".join(sorted(used.values())), output_dir))
+
+
+def teacher_outputs_identities(output_dir):
+  """{teacher identity: its checkpoint path} of the teacher outputs kept in output_dir."""
+  used = {}
+  for name in sorted(os.listdir(output_dir)):
+    if name.startswith(OUTPUTS_PREFIX) and name.endswith(".json"):
+      try:
+        with open(os.path.join(output_dir, name), encoding="utf-8") as f:
+          info = json.load(f)
+        used[info["teacher_identity"]] = info["teacher_checkpoint"]
+      except (OSError, ValueError, KeyError, TypeError):
+        continue  # not a complete record of outputs: nothing was trained on it
+  return used
 
 
 def check_matches_student(teacher, settings, labels, vocab_file):
@@ -88,8 +185,12 @@ def check_matches_student(teacher, settings, labels, vocab_file):
 
 
 def _shown(value):
-  return "unset" if value is None else str(value).lower() if isinstance(value, bool) else \
-      repr(value) if isinstance(value, str) else str(value)
+  """A model_settings.json value as an error message shows it."""
+  if value is None:
+    return "unset"
+  if isinstance(value, bool):
+    return str(value).lower()
+  return repr(value) if isinstance(value, str) else str(value)
 
 
 def _shown_list(values, most=6):
@@ -98,7 +199,7 @@ def _shown_list(values, most=6):
 
 
 def checkpoint_identity(checkpoint):
-  """The sha256 (hex) of a checkpoint's .index file.
+  """The sha256 (hex) of a checkpoint's .index file (raises OSError when unreadable).
 
   The index holds every tensor's name, shape, place and crc32c checksum, so another
   checkpoint (another run, another step, the same step retrained) has another identity,
@@ -108,7 +209,7 @@ def checkpoint_identity(checkpoint):
     return hashlib.sha256(f.read()).hexdigest()
 
 
-def start_from_teacher_layers(job_settings, teacher, layers, teacher_config, student_config):
+def start_from_teacher_layers(job_settings, teacher, layers, student_config):
   """Makes a new run start from the teacher's checkpoint, the student's layer i read from
   teacher layer layers[i] (--init_from_teacher_layers): sets job_settings' init_checkpoint,
   init_checkpoint_prefixes and init_checkpoint_description (training/checkpoints.py reads
@@ -117,7 +218,7 @@ def start_from_teacher_layers(job_settings, teacher, layers, teacher_config, stu
   Raises:
     UsageError: as layer_prefixes.
   """
-  job_settings.init_checkpoint_prefixes = layer_prefixes(layers, teacher_config,
+  job_settings.init_checkpoint_prefixes = layer_prefixes(layers, teacher.bert_config,
                                                          student_config)
   job_settings.init_checkpoint = teacher.checkpoint
   job_settings.init_checkpoint_description = (

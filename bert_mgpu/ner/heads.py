@@ -44,10 +44,10 @@ class TagHeads(object):
     return ner_splits.feature_spec(max_seq_length)
 
   def create_model_fn(self, bert_config, num_labels, max_seq_length, rdrop_alpha,
-                      distillation=None):
+                      distillation=None, emit_logits=False):
     return ner_model.create_model_fn(bert_config, num_labels, self.use_crf,
                                      max_seq_length=max_seq_length, rdrop_alpha=rdrop_alpha,
-                                     distillation=distillation)
+                                     distillation=distillation, emit_logits=emit_logits)
 
   def training_dataset(self, dataset, num_replicas):
     """The token mean over the global batch: per-token loss weights."""
@@ -93,7 +93,7 @@ class SpanHeads(object):
     return ner_splits.span_feature_spec(max_seq_length, max_spans)
 
   def create_model_fn(self, bert_config, num_labels, max_seq_length, unused_rdrop_alpha,
-                      unused_distillation=None):
+                      unused_distillation=None, unused_emit_logits=False):
     # A window outputs as many best pairs as it has positions: more spans above 0 than
     # that is logged (predictions.sentence_spans).
     return global_pointer.create_model_fn(bert_config, num_labels, self.ner_head,

@@ -135,7 +135,7 @@ def _distillation_loss(logits, features, distillation, max_seq_length):
 
 
 def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
-                    rdrop_alpha=0.0, distillation=None):
+                    rdrop_alpha=0.0, distillation=None, emit_logits=False):
   """Returns model_fn(features, is_training): BERT + the tagging head.
 
   Args:
@@ -150,12 +150,13 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
     distillation: distillation/options.DistillationOptions (tag head only; needs
       max_seq_length): training batches that carry the teacher's logits train on the
       distillation loss per labelled token, weighted like the token cross-entropy.
+    emit_logits: also output "logits" (a teacher's pass stores them).
 
   Returns:
     model_fn; its outputs are "tag_ids" [batch, seq] (the Viterbi path with the CRF, else
     the argmax; 0 on pieces that are not first), "probabilities" [batch, seq, num_tags]
-    (the softmax of the per-piece scores) and, with tag_ids in the features, "loss" and
-    "logits" [batch, seq, num_tags] (what a teacher's pass stores).
+    (the softmax of the per-piece scores), with tag_ids in the features "loss", and with
+    emit_logits "logits" [batch, seq, num_tags].
   """
   if use_crf and rdrop_alpha > 0:
     raise ValueError(RDROP_WITH_CRF % rdrop_alpha)
@@ -186,7 +187,6 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
       # the tokens it sums over.
       outputs["row_loss"] = nll if use_crf else _row_token_losses(logits, features)
       outputs["row_tokens"] = tf.reduce_sum(tf.cast(features["tag_mask"], tf.float32), axis=1)
-      outputs["logits"] = logits
     if "loss_weight" in features:
       # The CRF: the mean over rows. Tokens: loss_weight = (towers x workers) / (first
       # pieces of the whole micro-batch), set by the input pipeline, so that the mean of
@@ -202,6 +202,8 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
       if (is_training and distillation is not None and
           distillation_losses.TEACHER_LOGITS in features):
         outputs["loss"] = _distillation_loss(logits, features, distillation, max_seq_length)
+    if emit_logits:
+      outputs["logits"] = logits
     if max_seq_length:
       padding = max_seq_length - tf.shape(logits)[1]
       outputs["tag_ids"] = tf.pad(outputs["tag_ids"], [[0, 0], [0, padding]])

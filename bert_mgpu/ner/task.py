@@ -103,9 +103,9 @@ class NerTask(job.Task):
     self.bert_config = self.tokenizer = None
     self.splits = None  # split name -> ner_splits.Split
     self.data_format = self.label_list = self.scheme = None
-    # Distillation (--teacher_dir): the teacher, its BERT config, the unlabelled sentences
-    # windowed, and the records training reads (the training split's, or the teacher's).
-    self.teacher = self._teacher_config = None
+    # Distillation (--teacher_dir): the teacher, the unlabelled sentences windowed, and the
+    # records training reads (the training split's, or with the teacher's logits).
+    self.teacher = None
     self._unlabeled_windows, self._train_records = [], None
 
   def read_inputs(self):
@@ -127,24 +127,32 @@ class NerTask(job.Task):
     token per character, as predict_text.py reads texts), and sets where the student starts
     with --init_from_teacher_layers."""
     s, options = self.settings, self.settings.distillation
-    self.teacher = teacher_lib.read_teacher(options.teacher_dir, (ner_serving.NER_KIND,))
-    teacher_lib.check_matches_student(self.teacher, s.model_settings(), self.label_list,
-                                      s.vocab_file)
-    self._teacher_config = bert_files.load_bert_config(self.teacher.files.bert_config_file,
-                                                       s.max_seq_length)
+    self.teacher = teacher_lib.prepare_teacher(
+        options, (ner_serving.NER_KIND,), dict(
+            settings=s.model_settings(), labels=self.label_list, vocab_file=s.vocab_file,
+            max_seq_length=s.max_seq_length, bert_config=self.bert_config,
+            output_dir=self.job_settings.output_dir), self.job_settings)
     if options.unlabeled_file:
-      texts = [line for _, line in text_files.text_lines(options.unlabeled_file)
-               if line.strip()]
-      if not texts:
-        raise UsageError("--unlabeled_file=%s: no text in it; give one sentence per line, "
-                         "or leave the flag out." % options.unlabeled_file)
-      self._unlabeled_windows = [window for _, windows in featurizing.featurize_sentences(
-          ner_serving.sentences_of_texts(texts), self.tokenizer, self.label_list,
-          s.max_seq_length, s.doc_stride) for window in windows]
-    if options.teacher_layers is not None:
-      teacher_lib.start_from_teacher_layers(self.job_settings, self.teacher,
-                                            options.teacher_layers, self._teacher_config,
-                                            self.bert_config)
+      self._unlabeled_windows = self._unlabeled_sentence_windows(options.unlabeled_file)
+
+  def _unlabeled_sentence_windows(self, path):
+    """The windows of --unlabeled_file's sentences, a token per character. Refused when the
+    training sentences' tokens are words (most longer than a character): their unlabelled
+    text would not be tokenized as they are."""
+    tokens = [token for sentence in self.splits["train"].data.sentences
+              for token in sentence.tokens]
+    if sum(len(token) > 1 for token in tokens) * 2 > len(tokens):
+      raise UsageError("--unlabeled_file=%s: it is read a token per character (as "
+                       "predict_text.py reads texts), but most training tokens are longer "
+                       "than a character; distill without it." % path)
+    texts = [line for _, line in text_files.text_lines(path) if line.strip()]
+    if not texts:
+      raise UsageError("--unlabeled_file=%s: no text in it; give one sentence per line, "
+                       "or leave the flag out." % path)
+    s = self.settings
+    return [window for _, windows in featurizing.featurize_sentences(
+        ner_serving.sentences_of_texts(texts), self.tokenizer, self.label_list,
+        s.max_seq_length, s.doc_stride) for window in windows]
 
   def train_size(self):
     if not self.job_settings.do_train:
@@ -202,7 +210,8 @@ class NerTask(job.Task):
     sources = [(cached_records.file_sha256(path).hex(), path, labelled)
                for path, labelled in record_files]
     teacher_model_fn = self.settings.head.create_model_fn(
-        self._teacher_config, len(self.label_list), self.settings.max_seq_length, 0.0)
+        self.teacher.bert_config, len(self.label_list), self.settings.max_seq_length, 0.0,
+        emit_logits=True)
     return teacher_outputs.stored_teacher_outputs(sources, self.teacher, teacher_model_fn,
                                                   config, self._feature_spec(),
                                                   config.cache_dir)[0]

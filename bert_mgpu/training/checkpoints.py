@@ -61,7 +61,7 @@ def checkpoint_for_inference(output_dir, init_checkpoint, best_subdir=None,
                    "(--do_train) or point --output_dir at a trained model." % output_dir)
 
 
-def init_from_checkpoint(init_checkpoint, prefixes=None):
+def init_from_checkpoint(init_checkpoint, prefixes=None, name=None):
   """Initialises the graph's trainable variables that `init_checkpoint` holds (from their
   weight averages when it has them: weight_averages.py).
 
@@ -70,6 +70,7 @@ def init_from_checkpoint(init_checkpoint, prefixes=None):
     prefixes: dict model variable prefix -> the prefix the checkpoint holds it under (a
       distilled student's layer 1 from its teacher's layer 4: --init_from_teacher_layers),
       or None; other variables are read under their own names.
+    name: how errors name the checkpoint (default: --init_checkpoint=<path>).
 
   Returns:
     The names of the trainable variables it did not hold (a new task head, say).
@@ -77,6 +78,7 @@ def init_from_checkpoint(init_checkpoint, prefixes=None):
   Raises:
     UsageError: missing checkpoint, or a variable whose shape differs from the checkpoint's.
   """
+  name = name or "--init_checkpoint=" + init_checkpoint
   tvars = _trainable_saveables()
   renamed = {v.op.name: _renamed(v.op.name, prefixes) for v in tvars}
   renamed = {name: source for name, source in renamed.items() if source != name}
@@ -84,7 +86,7 @@ def init_from_checkpoint(init_checkpoint, prefixes=None):
     assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(
         [v for v in tvars if v.op.name not in renamed], init_checkpoint)
   except ValueError as e:
-    raise UsageError("--init_checkpoint=%s: %s" % (init_checkpoint, e))
+    raise UsageError("%s: %s" % (name, e))
   saved = tf.train.load_checkpoint(init_checkpoint).get_variable_to_shape_map()
   assignment = {name: name for name in assignment_map.values()}  # model name -> saved name
   for v in tvars:
@@ -92,9 +94,8 @@ def init_from_checkpoint(init_checkpoint, prefixes=None):
     if source is None or source not in saved:
       continue
     if list(saved[source]) != v.shape.as_list():
-      raise UsageError("--init_checkpoint=%s: variable %s has shape %s there but %s in the "
-                       "model (as %s)" % (init_checkpoint, source, saved[source],
-                                          v.shape.as_list(), v.op.name))
+      raise UsageError("%s: variable %s has shape %s there but %s in the model (as %s)" %
+                       (name, source, saved[source], v.shape.as_list(), v.op.name))
     assignment[v.op.name] = source
   sources = weight_averages.checkpoint_weight_names(saved, list(assignment.values()))
   tf.train.init_from_checkpoint(init_checkpoint, {sources[source]: name
@@ -121,7 +122,8 @@ def set_up_init_checkpoint(config):
   from scratch; warns when BERT's body starts from random weights under Google's uncorrected
   AdamW (run_settings.FROM_SCRATCH_WARNING)."""
   if config.init_checkpoint:
-    missing = init_from_checkpoint(config.init_checkpoint, config.init_checkpoint_prefixes)
+    missing = init_from_checkpoint(config.init_checkpoint, config.init_checkpoint_prefixes,
+                                   config.init_checkpoint_description)
     tf.logging.info("Initialised from %s; not in it, so freshly initialised: %s",
                     config.init_checkpoint_description or
                     "--init_checkpoint=" + config.init_checkpoint,

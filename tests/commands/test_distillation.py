@@ -108,7 +108,7 @@ def test_the_stored_outputs_are_the_teachers_predictions_of_every_record(
   assert "71 training examples (21 unlabelled)" in stderr
 
 
-def test_a_rerun_reuses_the_outputs_and_another_teacher_checkpoint_recomputes_them(
+def test_stored_outputs_are_reused_by_identity_and_a_resumed_student_keeps_its_teacher(
     demo_data, teacher, tmp_path):
   root, teacher_dir = teacher
   config = write_config(str(tmp_path), demo_data, "student_config.json", num_hidden_layers=1)
@@ -119,17 +119,28 @@ def test_a_rerun_reuses_the_outputs_and_another_teacher_checkpoint_recomputes_th
   cli.assert_succeeded(first)
   assert "Computing the teacher's outputs" in first.stderr
   stored = distill_records(output_dir)[0]
-  again = run_classifier(flags)
-  cli.assert_succeeded(again)
-  assert "Reusing the teacher's outputs" in again.stderr
-  assert "Computing the teacher's outputs" not in again.stderr
-  # Another checkpoint of the teacher: its copy trained one more epoch.
+  # The same teacher again, then an identical copy of it elsewhere: reused.
+  identical = str(tmp_path / "teacher_copy")
+  shutil.copytree(teacher_dir, identical)
+  for teacher_flag in (teacher_dir, identical):
+    again = run_classifier(dict(flags, teacher_dir=teacher_flag))
+    cli.assert_succeeded(again)
+    assert "Reusing the teacher's outputs" in again.stderr
+    assert "Computing the teacher's outputs" not in again.stderr
+  # Another checkpoint of the teacher (its copy trained on): resuming with it is refused...
   other_teacher = str(tmp_path / "teacher_trained_on")
   shutil.copytree(teacher_dir, other_teacher)
   shutil.rmtree(os.path.join(other_teacher, "best"))
   cli.assert_succeeded(run_classifier(base_flags(
       demo_data, other_teacher, bert_config_file=os.path.join(root, "teacher_config.json"),
       do_eval=False, do_predict=False, num_train_epochs=4, random_seed=1)))
+  refused = run_classifier(dict(flags, teacher_dir=other_teacher))
+  cli.assert_one_line_error(refused, "is not the teacher checkpoint this student has "
+                            "trained on", "resume with that teacher")
+  # ... and a new run in the same output_dir (its checkpoints gone) recomputes them.
+  for name in os.listdir(output_dir):
+    if name.startswith(("model.ckpt", "checkpoint")):
+      os.remove(os.path.join(output_dir, name))
   third = run_classifier(dict(flags, teacher_dir=other_teacher))
   cli.assert_succeeded(third)
   assert "Computing the teacher's outputs" in third.stderr

@@ -112,10 +112,12 @@ def teacher_cases(root, data, teacher_dir):
   other_vocab = write_text_file(os.path.join(root, "other_vocab.txt"), vocab)
   bad_unlabeled = write_text_file(os.path.join(root, "bad_unlabeled.txt"),
                                   [u"一个没有标签的句子。", u"第二行\t多了一列", u"第三行。"])
-  missing = os.path.join(root, "no_such_teacher")
-  empty = os.path.join(root, "empty_teacher")
+  # Not under root/<case id>/, where each case's student lives.
+  missing = os.path.join(root, "teachers", "no_such_teacher")
+  empty = os.path.join(root, "teachers", "empty_teacher")
   os.makedirs(empty)
-  untrained = teacher_copy(teacher_dir, os.path.join(root, "teacher_without_checkpoint"))
+  untrained = teacher_copy(teacher_dir, os.path.join(root, "teachers",
+                                                     "teacher_without_checkpoint"))
   for name in os.listdir(untrained):
     if name.startswith(("model.ckpt", "checkpoint")):
       os.remove(os.path.join(untrained, name))
@@ -158,6 +160,10 @@ def teacher_cases(root, data, teacher_dir):
                              ["%s:2:" % bad_unlabeled, "2 tab-separated fields, expected 1"])),
       ("unlabeled_missing", (dict(unlabeled_file=os.path.join(root, "missing.txt")),
                              [os.path.join(root, "missing.txt"), "file not found"])),
+      ("output_dir_inside_teacher", (
+          dict(output_dir=os.path.join(teacher_dir, "student")),
+          ["--teacher_dir=%s and --output_dir=%s overlap" % (
+              teacher_dir, os.path.join(teacher_dir, "student"))])),
       ("unlabeled_grouped_within_label", (
           dict(unlabeled_file=bad_unlabeled, group_by_length=True,
                group_by_length_within_label=True),
@@ -185,7 +191,7 @@ def runs(demo_data, teacher, tmp_path_factory):
     flags = base_flags(demo_data, output_dir, do_eval=False, do_predict=False, n_gpus=1,
                        train_batch_size=8, num_train_epochs=0.32, teacher_dir=teacher)
     flags.update(overrides)
-    jobs[case_id] = (output_dir, flags)
+    jobs[case_id] = (flags["output_dir"], flags)
   # The control: the same student flags with a good unlabelled file and the teacher's layer 1
   # train, so each refusal comes from its one change.
   good_unlabeled = write_text_file(os.path.join(root, "good_unlabeled.txt"),
@@ -213,7 +219,8 @@ CASE_IDS = [
     "layer_out_of_range", "layer_negative", "layer_count", "hidden_size", "no_such_teacher",
     "teacher_without_model_files", "teacher_without_checkpoint", "teacher_of_another_kind",
     "labels_reordered", "labels_other_set", "max_seq_length", "do_lower_case", "multi_label",
-    "vocab", "unlabeled_columns", "unlabeled_missing", "unlabeled_grouped_within_label"]
+    "vocab", "unlabeled_columns", "unlabeled_missing", "output_dir_inside_teacher",
+    "unlabeled_grouped_within_label"]
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)

@@ -75,7 +75,7 @@ def test_the_tag_heads_loss_is_the_per_token_distillation_loss(temperature, alph
   with tf.Graph().as_default():
     tf.set_random_seed(1)
     model_fn = ner_model.create_model_fn(CONFIG, TAGS, max_seq_length=MAX_SEQ,
-                                         distillation=distillation)
+                                         distillation=distillation, emit_logits=True)
     outputs = model_fn({name: tf.constant(value) for name, value in features.items()}, True)
     with tf.Session() as sess:
       sess.run(tf.global_variables_initializer())
@@ -95,7 +95,7 @@ def test_without_the_teachers_logits_or_outside_training_the_loss_is_the_token_m
   with tf.Graph().as_default():
     tf.set_random_seed(1)
     model_fn = ner_model.create_model_fn(CONFIG, TAGS, max_seq_length=MAX_SEQ,
-                                         distillation=distillation)
+                                         distillation=distillation, emit_logits=True)
     training = model_fn({name: tf.constant(value) for name, value in plain.items()}, True)
     with tf.variable_scope(tf.get_variable_scope(), reuse=True):
       inference = model_fn({name: tf.constant(value) for name, value in features.items()},

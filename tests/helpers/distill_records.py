@@ -8,6 +8,8 @@ import os
 import numpy as np
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.data import tfrecord_io
+
 
 def distill_records(output_dir):
   """(teacher_logits [n, flattened logits], label_weight [n]) of output_dir's records; there
@@ -15,7 +17,7 @@ def distill_records(output_dir):
   paths = glob.glob(os.path.join(output_dir, "distill-*.tf_record"))
   assert len(paths) == 1, paths
   logits, weights = [], []
-  for record in tf.io.tf_record_iterator(paths[0]):
+  for record in tfrecord_io.read_records(paths[0]):
     feature = tf.train.Example.FromString(record).features.feature
     logits.append(list(feature["teacher_logits"].float_list.value))
     weights.append(feature["label_weight"].float_list.value[0])
