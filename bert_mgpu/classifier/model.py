@@ -109,8 +109,20 @@ def _per_example_loss(logits, label_ids, multi_label):
 
 
 def _distillation_loss(logits, features, cross_entropy, multi_label, distillation):
-  """[batch]: each example's distillation loss (distillation/losses.py): the KL over the
-  classes, or the Bernoulli KL averaged over the labels (as the binary cross-entropy)."""
+  """Each example's distillation loss (distillation/losses.py): the KL over the classes, or
+  the Bernoulli KL averaged over the labels (as the binary cross-entropy).
+
+  Args:
+    logits: the student's, float32 [batch, num_labels].
+    features: the batch, with the teacher's logits [batch, num_labels] and the label weight
+      [batch] (distillation/teacher_outputs.py).
+    cross_entropy: float32 [batch], each example's loss against its gold label(s).
+    multi_label: sigmoids per label instead of one softmax.
+    distillation: the DistillationOptions (temperature, alpha).
+
+  Returns:
+    float32 [batch].
+  """
   teacher_logits = features[distillation_losses.TEACHER_LOGITS]  # [batch, num_labels]
   temperature = distillation.temperature
   if multi_label:

@@ -27,7 +27,15 @@ def file_sha256(path):
 
 
 def read_cache_info(info_path, record_path, key):
-  """The cache's info dict when it is complete and made for `key`, else None."""
+  """A cache's .json, when the cache is complete and made for `key`.
+
+  Args:
+    info_path, record_path: the cache's two files.
+    key: the full key (hex) its inputs give now.
+
+  Returns:
+    The info dict, or None (missing, unreadable, another key, another record file size).
+  """
   if not (os.path.isfile(info_path) and os.path.isfile(record_path)):
     return None
   try:
@@ -43,8 +51,15 @@ def read_cache_info(info_path, record_path, key):
 
 
 def remove_stale_caches(directory, split, keep_names, log):
-  """Deletes the cache files of `split` in `directory` but keep_names (made for other
-  inputs, they are never reused); `log(message)` says which."""
+  """Deletes the cache files of `split` in `directory` but keep_names: made for other
+  inputs, they are never reused.
+
+  Args:
+    directory: the cache directory.
+    split: the caches' name before the key ("train", "distill", ...).
+    keep_names: the file names to keep (the valid cache's two files).
+    log: function(message), told of each file removed.
+  """
   for name in os.listdir(directory):
     match = CACHE_NAME.match(name)
     if match and match.group("split") == split and name not in keep_names:

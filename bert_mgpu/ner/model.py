@@ -116,9 +116,21 @@ def _rdrop_loss(loss, logits, second_logits, features, alpha):
 
 
 def _distillation_loss(logits, features, distillation, max_seq_length):
-  """The tag head's distillation loss (distillation/losses.py) from its logits
-  [batch, seq, tags] and the teacher's (records of max_seq_length positions; a batch may
-  be cut shorter): per labelled token, weighted like the token cross-entropy."""
+  """The tag head's distillation loss (distillation/losses.py): per labelled token,
+  weighted like the token cross-entropy.
+
+  Args:
+    logits: the student's, float32 [batch, seq, tags] (a batch may be cut shorter than
+      max_seq_length).
+    features: the batch, with tag_ids, tag_mask, loss_weight, the teacher's logits
+      [batch, max_seq_length * tags] and the label weight [batch].
+    distillation: the DistillationOptions (temperature, alpha).
+    max_seq_length: the records' positions.
+
+  Returns:
+    The scalar loss of this tower's share (summed with loss_weight: the mean over the
+    global batch's tokens once the towers' losses are averaged).
+  """
   num_tags = logits.shape[-1]
   teacher = tf.reshape(features[distillation_losses.TEACHER_LOGITS],
                        [-1, max_seq_length, num_tags])[:, :tf.shape(logits)[1], :]
