@@ -1,14 +1,16 @@
 # coding=utf-8
 """run_classifier_mgpu.py --teacher_dir end to end, on the demo data with tiny BERTs.
 
-A 2-layer teacher is trained once; 1-layer students learn from it:
+A 2-layer teacher that keeps weight averages (--ema_decay) is trained once; 1-layer students
+learn from it:
 - the teacher's outputs: the stored logits of every training record (then every unlabelled
-  one) are the teacher's own predictions of those texts (predict_text.py on the teacher),
-  and each record keeps its label weight; a rerun reuses them, another teacher checkpoint
-  recomputes them;
+  one) are the teacher's own predictions of those texts (predict_text.py on the teacher:
+  its averages), and each record keeps its label weight; a rerun, or an identical copy of
+  the teacher elsewhere, reuses them; resuming with another teacher checkpoint is refused,
+  and a new run with it recomputes them;
 - --init_from_teacher_layers=1: the student's first checkpoint, written after a step at
   learning rate 0, holds the teacher's layer 1 as its layer 0 and the teacher's embeddings,
-  pooler and head, every weight equal;
+  pooler and head, every weight equal to the teacher's average;
 - k towers = one device: 2 towers x 4 and 1 tower x 8 (no dropout) end with the same weights,
   and both differ from the same run without the teacher;
 - the student exports, and predict_text.py on the export gives its predict.txt;
@@ -25,9 +27,10 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.training import weight_averages
 import cli
-from distill_records import distill_records
 from classifier_runs import base_flags, read_lines, run_classifier, write_json, write_text
+from distill_records import distill_records
 
 TEACHER_LAYERS = 2
 
@@ -40,14 +43,15 @@ def write_config(directory, demo_data, name, **overrides):
 
 @pytest.fixture(scope="module")
 def teacher(demo_data, tmp_path_factory):
-  """(root directory, the teacher's output_dir), a 2-layer classifier."""
+  """(root directory, the teacher's output_dir), a 2-layer classifier that keeps weight
+  averages (--ema_decay): its outputs and its layers must come from the averages."""
   root = str(tmp_path_factory.mktemp("distillation"))
   output_dir = os.path.join(root, "teacher")
   config = write_config(root, demo_data, "teacher_config.json",
                         num_hidden_layers=TEACHER_LAYERS)
   cli.assert_succeeded(run_classifier(base_flags(
       demo_data, output_dir, bert_config_file=config, do_predict=False, num_train_epochs=3,
-      random_seed=1)))
+      random_seed=1, ema_decay=0.9)))
   return root, output_dir
 
 
@@ -133,7 +137,7 @@ def test_stored_outputs_are_reused_by_identity_and_a_resumed_student_keeps_its_t
   shutil.rmtree(os.path.join(other_teacher, "best"))
   cli.assert_succeeded(run_classifier(base_flags(
       demo_data, other_teacher, bert_config_file=os.path.join(root, "teacher_config.json"),
-      do_eval=False, do_predict=False, num_train_epochs=4, random_seed=1)))
+      do_eval=False, do_predict=False, num_train_epochs=4, random_seed=1, ema_decay=0.9)))
   refused = run_classifier(dict(flags, teacher_dir=other_teacher))
   cli.assert_one_line_error(refused, "is not the teacher checkpoint this student has "
                             "trained on", "resume with that teacher")
@@ -162,7 +166,9 @@ def test_init_from_teacher_layers_copies_exactly_those_layers(teacher, student):
   assert not any(name.startswith("bert/encoder/layer_1/") for name in start)
   for name, value in start.items():
     source = name.replace("bert/encoder/layer_0/", "bert/encoder/layer_1/")
-    np.testing.assert_array_equal(value, teachers[source], err_msg=name)
+    average = teachers[weight_averages.average_name(source)]  # the teacher's EMA weights
+    assert np.abs(average - teachers[source]).max() > 0, source
+    np.testing.assert_array_equal(value, average, err_msg=name)
   assert "student's layers 0, 1, ... from its layers 1" in student[3]
 
 

@@ -2,7 +2,7 @@
 """run_classifier_mgpu.py --teacher_dir (knowledge distillation) refuses, with one `error: `
 line, exit 1 and no traceback, every run it cannot distill, before the student's output_dir
 is claimed: the student's output_dir must not exist afterwards, and the teacher's output_dir
-is left as it was.
+is left as it was (every file's sha256).
 
 One tiny teacher (two layers, hidden size 16, two steps on one tower) is trained once for
 the module on the demo data (helpers/classifier_runs.py); every case is then a student run
@@ -201,13 +201,13 @@ def runs(demo_data, teacher, tmp_path_factory):
       n_gpus=1, train_batch_size=8, num_train_epochs=0.32, teacher_dir=teacher,
       unlabeled_file=good_unlabeled, init_from_teacher_layers=1, distill_temperature=2,
       distill_alpha=0.7))
-  before = cli.file_sizes(teacher)
+  before = cli.file_sizes(teacher, cli.file_sha256)
   with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
     futures = collections.OrderedDict(
         (case_id, pool.submit(run_classifier, flags)) for case_id, (_, flags) in jobs.items())
     results = {case_id: (jobs[case_id][0], cases.get(case_id, (None, None))[1],
                          future.result()) for case_id, future in futures.items()}
-  results["teacher_before"], results["teacher_after"] = before, cli.file_sizes(teacher)
+  results["teacher_before"], results["teacher_after"] = before, cli.file_sizes(teacher, cli.file_sha256)
   return results
 
 

@@ -4,6 +4,7 @@ interpreter running pytest (so the same TensorFlow), bounded in time, and checks
 outcome. Every test that starts a script uses it."""
 
 import collections
+import hashlib
 import json
 import os
 import resource
@@ -180,11 +181,19 @@ def http_json(url, body=None, timeout=60):
     return e.code, json.loads(e.read().decode("utf-8"))
 
 
-def file_sizes(directory):
-  """Relative path -> size of every file under `directory` (what a run wrote, or left)."""
+def file_sizes(directory, measure=os.path.getsize):
+  """Relative path -> measure(path) (by default its size) of every file under `directory`
+  (what a run wrote, or left)."""
   files = {}
   for parent, _, names in os.walk(directory):
     for name in names:
       path = os.path.join(parent, name)
-      files[os.path.relpath(path, directory)] = os.path.getsize(path)
+      files[os.path.relpath(path, directory)] = measure(path)
   return files
+
+
+def file_sha256(path):
+  """The sha256 (hex) of a file's bytes: file_sizes(directory, file_sha256) tells that
+  nothing under a directory was rewritten, even at the same size."""
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
