@@ -13,7 +13,9 @@ learn from it:
   pooler and head, every weight equal to the teacher's average;
 - k towers = one device: 2 towers x 4 and 1 tower x 8 (no dropout) end with the same weights,
   and both differ from the same run without the teacher;
-- the student exports, and predict_text.py on the export gives its predict.txt;
+- the student exports, and predict_text.py on the export gives its predict.txt; on TF 2.x
+  its model.onnx (the same labels, probabilities within 1e-4) and model.int8.onnx (within
+  0.05) serve through ONNX Runtime;
 - a --long_text=windows teacher gives one row of logits per document, a --multi_label
   teacher one logit per label, and their students train.
 The loss itself is tested against NumPy in tests/distillation/.
@@ -33,6 +35,7 @@ from classifier_runs import base_flags, read_lines, run_classifier, write_json, 
 from distill_records import distill_records
 
 TEACHER_LAYERS = 2
+TF1 = tf.__version__.startswith("1.")  # TF 2.x alone exports ONNX
 
 
 def write_config(directory, demo_data, name, **overrides):
@@ -94,7 +97,7 @@ def student(demo_data, teacher):
       demo_data, teacher_dir, output_dir, config, unlabeled_file=unlabeled_file,
       init_from_teacher_layers="1", distill_temperature=2.0, distill_alpha=0.7,
       warmup_proportion=1.0, save_checkpoints_steps=1, keep_checkpoint_max=0,
-      export_dir=export_dir))
+      export_dir=export_dir, export_format="savedmodel" if TF1 else "both", onnx_int8=not TF1))
   cli.assert_succeeded(result)
   return output_dir, export_dir, unlabeled, result.stderr
 
@@ -205,9 +208,21 @@ def test_the_student_exports_and_serves_its_predictions(demo_data, student):
   versions = sorted(os.listdir(export_dir))
   assert versions
   texts = [text for _, text in demo_data.test]
-  labels, _ = predict_text({"export_dir": os.path.join(export_dir, versions[-1])}, texts,
-                           os.path.dirname(output_dir), "student_export")
+  version = os.path.join(export_dir, versions[-1])
+  labels, probabilities = predict_text({"export_dir": version}, texts,
+                                       os.path.dirname(output_dir), "student_export")
   assert labels == read_lines(os.path.join(output_dir, "predict.txt"))
+  if TF1:
+    return
+  # The ONNX model and its int8 copy, through ONNX Runtime: a classifier like any other.
+  for onnx_file, tolerance in (("model.onnx", 1e-4), ("model.int8.onnx", 0.05)):
+    onnx_labels, onnx_probabilities = predict_text(
+        {"export_dir": version, "backend": "onnxruntime", "onnx_file": onnx_file}, texts,
+        os.path.dirname(output_dir), "student_" + onnx_file)
+    np.testing.assert_allclose(onnx_probabilities, probabilities, atol=tolerance,
+                               err_msg=onnx_file)
+    if onnx_file == "model.onnx":
+      assert onnx_labels == labels
 
 
 @pytest.mark.parametrize("kind_flags", [
