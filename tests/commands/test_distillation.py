@@ -16,8 +16,9 @@ learn from it:
 - the student exports, and predict_text.py on the export gives its predict.txt; on TF 2.x
   its model.onnx (the same labels, probabilities within 1e-4) and model.int8.onnx (within
   0.05) serve through ONNX Runtime;
-- a --long_text=windows teacher gives one row of logits per document, a --multi_label
-  teacher one logit per label, and their students train.
+- a --long_text=windows teacher gives one row of logits per document (its windows pooled),
+  a --multi_label teacher one logit per label, each row the teacher's own prediction
+  (predict_text.py), and their students train.
 The loss itself is tested against NumPy in tests/distillation/.
 """
 
@@ -70,8 +71,10 @@ def softmax(logits):
   return exp / exp.sum(axis=-1, keepdims=True)
 
 
-def predict_text(where_flag, texts, directory, name):
-  """predict_text.py's (labels, probabilities [n, labels]) of `texts`."""
+def predict_text(where_flag, texts, directory, name, multi_label=False):
+  """predict_text.py's (labels, probabilities [n, labels]) of `texts` (a multi-label
+  model's rows hold its label set, then the probabilities; others the label and its
+  probability first)."""
   input_file, output_file = os.path.join(directory, name + ".txt"), os.path.join(
       directory, name + ".tsv")
   write_text(input_file, "".join(text + "\n" for text in texts))
@@ -79,7 +82,8 @@ def predict_text(where_flag, texts, directory, name):
       where_flag, input_file=input_file, output_file=output_file))))
   rows = [line.split("\t") for line in read_lines(output_file)]
   assert len(rows) == len(texts)
-  return [row[0] for row in rows], np.array([[float(p) for p in row[2:]] for row in rows])
+  first = 1 if multi_label else 2
+  return [row[0] for row in rows], np.array([[float(p) for p in row[first:]] for row in rows])
 
 
 @pytest.fixture(scope="module")
@@ -243,6 +247,13 @@ def test_long_text_and_multi_label_teachers_teach_their_kind(demo_data, tmp_path
   logits, weights = distill_records(output_dir)
   assert logits.shape == (len(demo_data.train), len(demo_data.labels))  # one row a document
   np.testing.assert_array_equal(weights, np.ones(len(demo_data.train)))
+  # Each row is the teacher's own prediction of its document (windows pooled; sigmoids).
+  multi_label = bool(kind_flags.get("multi_label"))
+  _, probabilities = predict_text({"output_dir": teacher_dir},
+                                  [text for _, text in demo_data.train], str(tmp_path),
+                                  "teacher", multi_label=multi_label)
+  np.testing.assert_allclose(1 / (1 + np.exp(-logits)) if multi_label else softmax(logits),
+                             probabilities, atol=1e-5)
   with open(os.path.join(output_dir, "model_settings.json"), encoding="utf-8") as f:
     settings = json.load(f)
   for flag, value in kind_flags.items():
