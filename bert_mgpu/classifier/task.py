@@ -164,15 +164,13 @@ class ClassifierTask(job.Task):
   def _read_teacher(self):
     """Reads and checks the teacher, the unlabelled examples, and where the student starts
     (--init_from_teacher_layers: the teacher's checkpoint, read under the layers' names)."""
-    s, options = self.settings, self.settings.distillation
     self.teacher = teacher_lib.prepare_teacher(
-        options, (classifier_serving.CLASSIFIER_KIND,), dict(
-            settings=s.model_settings(), labels=self.label_list, vocab_file=s.vocab_file,
-            max_seq_length=s.max_seq_length, bert_config=self.bert_config,
-            output_dir=self.job_settings.output_dir), self.job_settings)
-    if options.unlabeled_file:
+        (classifier_serving.CLASSIFIER_KIND,), self.settings, self.label_list,
+        self.bert_config, self.job_settings)
+    unlabeled_file = self.settings.distillation.unlabeled_file
+    if unlabeled_file:
       self._unlabeled = unlabeled_examples.read_unlabeled_examples(
-          options.unlabeled_file, any(example.text_b for example in self.splits["train"]))
+          unlabeled_file, any(example.text_b for example in self.splits["train"]))
 
   def _featurized_splits(self):
     """dict split -> examples of every split to featurize (the unlabelled ones too)."""

@@ -48,16 +48,17 @@ Fields:
 """
 
 
-def prepare_teacher(options, kinds, student, job_settings):
+def prepare_teacher(kinds, settings, labels, bert_config, job_settings):
   """Reads and checks the teacher of a run that distills, and with --init_from_teacher_layers
   makes a new run start from it (start_from_teacher_layers).
 
   Args:
-    options: the run's distillation.options.DistillationOptions.
     kinds: the servable kinds the student's script trains (the teacher must be one).
-    student: dict with the student's "settings" (its model_settings.json dict), "labels",
-      "vocab_file", "max_seq_length", "bert_config" and "output_dir".
-    job_settings: the run's JobSettings (its start may be set).
+    settings: the student's task settings (ClassifierSettings, NerSettings): their
+      distillation options, model_settings(), vocab_file and max_seq_length.
+    labels: the student's label list, in id order.
+    bert_config: the student's modeling.BertConfig.
+    job_settings: the run's JobSettings (its output_dir; its start may be set).
 
   Returns:
     The Teacher.
@@ -66,17 +67,16 @@ def prepare_teacher(options, kinds, student, job_settings):
     UsageError: read_teacher's, check_matches_student's, layer_prefixes' and
       check_resumed_student's refusals.
   """
-  if _same_or_inside(options.teacher_dir, student["output_dir"]):
+  options, output_dir = settings.distillation, job_settings.output_dir
+  if _same_or_inside(options.teacher_dir, output_dir):
     raise UsageError("--teacher_dir=%s and --output_dir=%s overlap: the student would "
                      "overwrite its teacher; give the student an output_dir of its own." %
-                     (options.teacher_dir, student["output_dir"]))
-  teacher = read_teacher(options.teacher_dir, kinds, student["max_seq_length"])
-  check_matches_student(teacher, student["settings"], student["labels"],
-                        student["vocab_file"])
-  check_resumed_student(teacher, student["output_dir"])
+                     (options.teacher_dir, output_dir))
+  teacher = read_teacher(options.teacher_dir, kinds, settings.max_seq_length)
+  check_matches_student(teacher, settings.model_settings(), labels, settings.vocab_file)
+  check_resumed_student(teacher, output_dir)
   if options.teacher_layers is not None:
-    start_from_teacher_layers(job_settings, teacher, options.teacher_layers,
-                              student["bert_config"])
+    start_from_teacher_layers(job_settings, teacher, options.teacher_layers, bert_config)
   return teacher
 
 

@@ -92,12 +92,21 @@ def _crf_outputs(logits, features, transitions):
   return nll, piece_tags
 
 
-def _row_token_losses(logits, features):
-  """The cross-entropy of each row's first pieces, summed: [batch]."""
+def _token_losses(logits, features):
+  """The cross-entropy of every piece against its tag id: [batch, seq]."""
   log_probs = tf.nn.log_softmax(logits, axis=-1)  # [batch, seq, num_tags]
   one_hot = tf.one_hot(features["tag_ids"], depth=logits.shape[-1], dtype=tf.float32)
-  per_token = -tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch, seq]
+  return -tf.reduce_sum(one_hot * log_probs, axis=-1)
+
+
+def _row_sums(per_token, features):
+  """[batch]: a per-token quantity [batch, seq] summed over each row's first pieces."""
   return tf.reduce_sum(per_token * tf.cast(features["tag_mask"], tf.float32), axis=1)
+
+
+def _row_token_losses(logits, features):
+  """The cross-entropy of each row's first pieces, summed: [batch]."""
+  return _row_sums(_token_losses(logits, features), features)
 
 
 RDROP_WITH_CRF = ("--rdrop_alpha=%s with --use_crf: R-Drop compares per-token tag "
@@ -110,7 +119,7 @@ def _rdrop_loss(loss, logits, second_logits, features, alpha):
   and weighted like the token cross-entropy."""
   weight = features["loss_weight"]  # [batch]
   divergence = rdrop.categorical_divergence(logits, second_logits)  # [batch, seq]
-  row_divergence = tf.reduce_sum(divergence * tf.cast(features["tag_mask"], tf.float32), axis=1)
+  row_divergence = _row_sums(divergence, features)
   second_loss = tf.reduce_sum(_row_token_losses(second_logits, features) * weight)
   return rdrop.combined_loss(loss, second_loss, tf.reduce_sum(row_divergence * weight), alpha)
 
@@ -136,14 +145,10 @@ def _distillation_loss(logits, features, distillation, max_seq_length):
                        [-1, max_seq_length, num_tags])[:, :tf.shape(logits)[1], :]
   divergence = distillation_losses.categorical_divergence(teacher, logits,
                                                           distillation.temperature)
-  log_probs = tf.nn.log_softmax(logits, axis=-1)
-  one_hot = tf.one_hot(features["tag_ids"], depth=num_tags, dtype=tf.float32)
-  cross_entropy = -tf.reduce_sum(one_hot * log_probs, axis=-1)  # [batch, seq]
-  per_token = distillation_losses.example_losses(
-      divergence, cross_entropy, features[distillation_losses.LABEL_WEIGHT][:, None],
-      distillation.alpha)
-  row_loss = tf.reduce_sum(per_token * tf.cast(features["tag_mask"], tf.float32), axis=1)
-  return tf.reduce_sum(row_loss * features["loss_weight"])
+  per_token = distillation_losses.example_losses(  # [batch, seq]
+      divergence, _token_losses(logits, features),
+      features[distillation_losses.LABEL_WEIGHT][:, None], distillation.alpha)
+  return tf.reduce_sum(_row_sums(per_token, features) * features["loss_weight"])
 
 
 def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
@@ -219,9 +224,8 @@ def create_model_fn(bert_config, num_tags, use_crf=False, max_seq_length=None,
     if max_seq_length:
       padding = max_seq_length - tf.shape(logits)[1]
       outputs["tag_ids"] = tf.pad(outputs["tag_ids"], [[0, 0], [0, padding]])
-      outputs["probabilities"] = tf.pad(outputs["probabilities"],
-                                        [[0, 0], [0, padding], [0, 0]])
-      if "logits" in outputs:
-        outputs["logits"] = tf.pad(outputs["logits"], [[0, 0], [0, padding], [0, 0]])
+      for name in ("probabilities", "logits"):
+        if name in outputs:
+          outputs[name] = tf.pad(outputs[name], [[0, 0], [0, padding], [0, 0]])
     return outputs
   return model_fn

@@ -126,14 +126,12 @@ class NerTask(job.Task):
     """Reads and checks the teacher, windows the unlabelled sentences (one per line, a
     token per character, as predict_text.py reads texts), and sets where the student starts
     with --init_from_teacher_layers."""
-    s, options = self.settings, self.settings.distillation
     self.teacher = teacher_lib.prepare_teacher(
-        options, (ner_serving.NER_KIND,), dict(
-            settings=s.model_settings(), labels=self.label_list, vocab_file=s.vocab_file,
-            max_seq_length=s.max_seq_length, bert_config=self.bert_config,
-            output_dir=self.job_settings.output_dir), self.job_settings)
-    if options.unlabeled_file:
-      self._unlabeled_windows = self._unlabeled_sentence_windows(options.unlabeled_file)
+        (ner_serving.NER_KIND,), self.settings, self.label_list, self.bert_config,
+        self.job_settings)
+    unlabeled_file = self.settings.distillation.unlabeled_file
+    if unlabeled_file:
+      self._unlabeled_windows = self._unlabeled_sentence_windows(unlabeled_file)
 
   def _unlabeled_sentence_windows(self, path):
     """The windows of --unlabeled_file's sentences, a token per character. Refused when the
