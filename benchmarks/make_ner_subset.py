@@ -21,6 +21,15 @@ person and a place"):
                       the sentence's characters joined.
   multi_label/labels.txt   the entity types, sorted.
 
+With --rest_file, also the rest of the corpus, for in-domain MLM pretraining and unlabelled
+text (distillation's --unlabeled_file):
+
+  --rest_file         every other distinct sentence of at most --max_chars characters that
+                      shares no run of 20 characters with a dev or test sentence
+                      (make_pretraining_corpus.leave_out_held_out), shuffled, one a line.
+  --corpus_file       the same texts, 16 to a document: create_pretraining_data.py's input.
+  The vocab then covers these texts too.
+
 Prints one JSON line: counts, tags and the skipped sentences.
 
   python benchmarks/make_ner_subset.py --conll dh_msra.txt --output_dir /tmp/msra
@@ -35,6 +44,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import make_pretraining_corpus  # pylint: disable=wrong-import-position
 import make_review_data  # pylint: disable=wrong-import-position
 
 
@@ -84,6 +94,21 @@ def write_multi_label(directory, splits):
   return counts
 
 
+def write_rest(rest_file, corpus_file, rest, held_out, seed):
+  """The rest's texts (see the module doc) to rest_file, and as documents to corpus_file;
+  returns the texts and how many were left out as sharing a run with held_out."""
+  texts = sorted(set("".join(token for token, _ in s) for s in rest))
+  random.Random(seed).shuffle(texts)
+  texts, left_out = make_pretraining_corpus.leave_out_held_out(texts, held_out, 20)
+  with open(rest_file, "w", encoding="utf-8") as f:
+    f.write("".join(text + "\n" for text in texts))
+  if corpus_file:
+    with open(corpus_file, "w", encoding="utf-8") as f:
+      f.write("\n".join("".join(text + "\n" for text in document)
+                        for document in make_pretraining_corpus.group_documents(texts, 16)))
+  return texts, left_out
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--conll", required=True)
@@ -97,6 +122,8 @@ def main():
   parser.add_argument("--seed", type=int, default=12345)
   parser.add_argument("--multi_label", action="store_true",
                       help="also write multi_label/: each sentence's entity types as its labels")
+  parser.add_argument("--rest_file", help="also write the other sentences' texts here")
+  parser.add_argument("--corpus_file", help="with --rest_file: those texts as documents")
   args = parser.parse_args()
   sentences = read_sentences(args.conll)
   kept = [s for s in sentences if len(s) <= args.max_chars]
@@ -110,6 +137,13 @@ def main():
   for name, split in splits.items():
     write_conll(os.path.join(args.output_dir, "conll", name + ".txt"), split)
   texts = ["".join(token for token, _ in s) for split in splits.values() for s in split]
+  rest = None
+  if args.rest_file:
+    held_out = ["".join(token for token, _ in s) for s in splits["dev"] + splits["test"]]
+    rest_texts, left_out = write_rest(args.rest_file, args.corpus_file, kept[start:],
+                                      held_out, args.seed)
+    rest = {"texts": len(rest_texts), "left_out_as_held_out": left_out}
+    texts += rest_texts
   vocab_size = make_review_data.write_model_files(args.output_dir, texts, args.hidden_size,
                                                  args.num_hidden_layers)
   tags = sorted(set(tag for split in splits.values() for s in split for _, tag in s))
@@ -118,7 +152,7 @@ def main():
   print(json.dumps({"sentences": len(sentences), "skipped_longer": len(sentences) - len(kept),
                     "train": len(splits["train"]), "dev": len(splits["dev"]),
                     "test": len(splits["test"]), "tags": tags, "vocab_size": vocab_size,
-                    "multi_label": multi_label},
+                    "multi_label": multi_label, "rest": rest},
                    ensure_ascii=False))
 
 

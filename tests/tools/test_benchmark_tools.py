@@ -30,6 +30,23 @@ def test_multi_label_set_written_from_sentences(tmp_path):
   assert counts["train"] == {"no_entity": 1, "several_types": 1}
 
 
+def test_rest_of_the_corpus_leaves_out_what_shares_a_run_with_dev_or_test(tmp_path):
+  def chars(text):
+    return [(char, "O") for char in text]
+
+  held_out = ["我们在北京的人民大会堂开会讨论了今年的经济工作", "好"]
+  rest = [chars("今天天气很好"), chars("今天天气很好"),  # a duplicate, written once
+          chars("他们在北京的人民大会堂开会讨论了今年的经济工作安排"),  # a 20-char run shared
+          chars("好"),  # equals a held-out sentence
+          chars("上海是一座城市")]
+  rest_file, corpus_file = tmp_path / "rest.txt", tmp_path / "corpus.txt"
+  texts, left_out = make_ner_subset.write_rest(str(rest_file), str(corpus_file), rest,
+                                               held_out, seed=1)
+  assert sorted(texts) == ["上海是一座城市", "今天天气很好"] and left_out == 2
+  assert rest_file.read_text("utf-8") == "".join(t + "\n" for t in texts)
+  assert corpus_file.read_text("utf-8") == rest_file.read_text("utf-8")  # one document
+
+
 def test_scores_against_hand_computed_counts():
   labels = ["a", "b", "c"]
   gold = [{"a", "b"}, set(), {"c"}, {"a"}]
