@@ -17,13 +17,21 @@ for flavour in "${flavours[@]}"; do
     exit 1
   fi
 done
+# The test files run in parallel, one pytest worker a core (pytest-xdist, at most 4): all of a
+# file's tests go to one worker, so a module's fixtures are built once. BERT_MGPU_TEST_WORKERS
+# sets the count; 1 runs every test in one process, as pytest alone does.
+cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+workers=${BERT_MGPU_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+parallel=()
+if [ "$workers" -gt 1 ]; then parallel=(-n "$workers" --dist loadfile); fi
 status=0
 for flavour in "${flavours[@]}"; do
   python=$(bash scripts/setup_env.sh --tests "$flavour")
   echo "=== tests under $flavour: $("$python" -c 'import sys, tensorflow as t; print("Python", sys.version.split()[0], "TensorFlow", t.__version__)' 2>/dev/null)"
   start=$(date +%s)
   # --durations: the slowest tests, to keep the CI under its time aim.
-  TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider --durations=25 "$@" tests \
+  TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider --durations=25 \
+    ${parallel[@]+"${parallel[@]}"} "$@" tests \
     || status=1
   echo "=== $flavour suite took $(( $(date +%s) - start )) s"
 done
