@@ -103,9 +103,7 @@ def write_rest(rest_file, corpus_file, rest, held_out, seed):
   with open(rest_file, "w", encoding="utf-8") as f:
     f.write("".join(text + "\n" for text in texts))
   if corpus_file:
-    with open(corpus_file, "w", encoding="utf-8") as f:
-      f.write("\n".join("".join(text + "\n" for text in document)
-                        for document in make_pretraining_corpus.group_documents(texts, 16)))
+    make_pretraining_corpus.write_corpus(corpus_file, texts, 16)
   return texts, left_out
 
 

@@ -66,6 +66,15 @@ def group_documents(texts, texts_per_document):
   return [texts[i:i + texts_per_document] for i in range(0, len(texts), texts_per_document)]
 
 
+def write_corpus(path, texts, texts_per_document):
+  """The texts to `path` as documents of texts_per_document lines (group_documents), a blank
+  line between documents; returns how many documents."""
+  documents = group_documents(texts, texts_per_document)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("\n".join("".join(text + "\n" for text in document) for document in documents))
+  return len(documents)
+
+
 def parse_csv_argument(value):
   """`path` or `path:text_column` -> (path, text column; 1 when not given)."""
   path, _, column = value.rpartition(":")
@@ -94,11 +103,9 @@ def main():
   texts = sorted(set(texts))  # a text repeated in the CSVs is read once
   kept, left_out = leave_out_held_out(texts, read_held_out(args.held_out), args.shared_chars)
   random.Random(args.seed).shuffle(kept)
-  documents = group_documents(kept, args.texts_per_document)
-  with open(args.output_file, "w", encoding="utf-8") as f:
-    f.write("\n".join("".join(text + "\n" for text in document) for document in documents))
+  documents = write_corpus(args.output_file, kept, args.texts_per_document)
   print(json.dumps({"read": read, "distinct": len(texts), "left_out_as_held_out": left_out,
-                    "written": len(kept), "documents": len(documents),
+                    "written": len(kept), "documents": documents,
                     "chars": sum(len(text) for text in kept)}))
 
 

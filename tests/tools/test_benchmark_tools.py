@@ -1,6 +1,7 @@
 # coding=utf-8
 """The benchmark data tools and scorer whose figures docs/PERFORMANCE.md records."""
 
+import json
 import sys
 
 import pytest
@@ -9,6 +10,7 @@ import cli
 
 sys.path.insert(0, cli.script_path("benchmarks"))
 
+import make_cmeee_corpus  # pylint: disable=wrong-import-position
 import make_ner_subset  # pylint: disable=wrong-import-position
 import make_pretraining_corpus  # pylint: disable=wrong-import-position
 import make_review_data  # pylint: disable=wrong-import-position
@@ -45,6 +47,27 @@ def test_rest_of_the_corpus_leaves_out_what_shares_a_run_with_dev_or_test(tmp_pa
   assert sorted(texts) == ["上海是一座城市", "今天天气很好"] and left_out == 2
   assert rest_file.read_text("utf-8") == "".join(t + "\n" for t in texts)
   assert corpus_file.read_text("utf-8") == rest_file.read_text("utf-8")  # one document
+
+
+def test_cmeee_corpus_reads_chip_and_cmeee_texts_and_leaves_out_dev_and_test(
+    tmp_path, monkeypatch, capsys):
+  held = "患者出现持续性发热伴咳嗽三天余，查体见双肺呼吸音粗"
+  (tmp_path / "chip.txt").write_text(
+      "胸痛|||0 1 sym|||\n\n" + "入院后" + held[:22] + "|||\n头晕\n", encoding="utf-8")
+  (tmp_path / "train.json").write_text(json.dumps(
+      [{"text": "腹痛", "entities": []}, {"text": "胸痛", "entities": []}]), encoding="utf-8")
+  (tmp_path / "dev.json").write_text(json.dumps([{"text": held, "entities": []}]),
+                                     encoding="utf-8")
+  monkeypatch.setattr(sys, "argv", [
+      "make_cmeee_corpus.py", "--chip", str(tmp_path / "chip.txt"),
+      "--cmeee", str(tmp_path / "train.json"), "--held_out", str(tmp_path / "dev.json"),
+      "--output_file", str(tmp_path / "corpus.txt"), "--texts_per_document", "2"])
+  make_cmeee_corpus.main()
+  summary = json.loads(capsys.readouterr().out)
+  assert summary["read"] == 5 and summary["distinct"] == 4
+  assert summary["left_out_as_held_out"] == 1 and summary["documents"] == 2
+  documents = (tmp_path / "corpus.txt").read_text("utf-8").split("\n\n")
+  assert sorted("\n".join(documents).split()) == ["头晕", "胸痛", "腹痛"]
 
 
 def test_scores_against_hand_computed_counts():
