@@ -15,6 +15,7 @@ import make_ner_subset  # pylint: disable=wrong-import-position
 import make_pretraining_corpus  # pylint: disable=wrong-import-position
 import make_review_data  # pylint: disable=wrong-import-position
 import score_multi_label  # pylint: disable=wrong-import-position
+import score_spans  # pylint: disable=wrong-import-position
 
 
 def test_entity_types_of_bio_and_bioes_tags():
@@ -68,6 +69,27 @@ def test_cmeee_corpus_reads_chip_and_cmeee_texts_and_leaves_out_dev_and_test(
   assert summary["left_out_as_held_out"] == 1 and summary["documents"] == 2
   documents = (tmp_path / "corpus.txt").read_text("utf-8").split("\n\n")
   assert sorted("\n".join(documents).split()) == ["头晕", "胸痛", "腹痛"]
+
+
+def test_span_scores_count_exact_triples_and_nested_ones(tmp_path):
+  def write(name, entity_lists):
+    records = [{"text": "x" * 10, "entities": [
+        {"start_idx": s, "end_idx": e, "type": t, "entity": "x"} for t, s, e in entities]}
+               for entities in entity_lists]
+    (tmp_path / name).write_text(json.dumps(records), encoding="utf-8")
+    return str(tmp_path / name)
+
+  # Gold: dis 0-5 holding bod 2-3 (nested), sym 7-8. Predicted: dis 0-5 and bod 2-3 right,
+  # sym 7-9 wrong (end), dis 9-9 extra.
+  gold = score_spans.read_spans(write("gold.json", [[("dis", 0, 5), ("bod", 2, 3)],
+                                                    [("sym", 7, 8)]]))
+  predicted = score_spans.read_spans(write("pred.json", [[("bod", 2, 3), ("dis", 0, 5)],
+                                                         [("sym", 7, 9), ("dis", 9, 9)]]))
+  result = score_spans.summary(gold, predicted)
+  assert (result["gold"], result["predicted"]) == (3, 4)
+  assert result["precision"] == pytest.approx(0.5) and result["recall"] == pytest.approx(2 / 3)
+  assert (result["nested_found"], result["nested_support"]) == (1, 1)
+  assert result["nested_recall"] == 1.0
 
 
 def test_scores_against_hand_computed_counts():
