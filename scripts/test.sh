@@ -8,6 +8,17 @@ cd "$repo"
 flavours=(tf2 tf1)
 if [ $# -gt 0 ] && { [ "$1" = tf1 ] || [ "$1" = tf2 ]; }; then flavours=("$1"); shift; fi
 if [ $# -gt 0 ] && [ "$1" = all ]; then shift; fi
+# The test files run in parallel, one pytest worker a core (pytest-xdist, at most 4): all of a
+# file's tests go to one worker, so a module's fixtures are built once. BERT_MGPU_TEST_WORKERS
+# sets the count; 1 runs every test in one process, as pytest alone does.
+cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+workers=${BERT_MGPU_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
+if ! [[ "$workers" =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: BERT_MGPU_TEST_WORKERS=$workers is not a count of workers; give 1 or more" >&2
+  exit 1
+fi
+parallel=()
+if [ "$workers" -gt 1 ]; then parallel=(-n "$workers" --dist loadfile); fi
 # Every interpreter first, so that a missing Python 3.7 stops the run now, not after the TF 2.x suite.
 for flavour in "${flavours[@]}"; do
   if ! missing=$(bash scripts/setup_env.sh --check "$flavour" 2>&1 >/dev/null); then
@@ -17,13 +28,6 @@ for flavour in "${flavours[@]}"; do
     exit 1
   fi
 done
-# The test files run in parallel, one pytest worker a core (pytest-xdist, at most 4): all of a
-# file's tests go to one worker, so a module's fixtures are built once. BERT_MGPU_TEST_WORKERS
-# sets the count; 1 runs every test in one process, as pytest alone does.
-cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
-workers=${BERT_MGPU_TEST_WORKERS:-$(( cores < 4 ? cores : 4 ))}
-parallel=()
-if [ "$workers" -gt 1 ]; then parallel=(-n "$workers" --dist loadfile); fi
 status=0
 for flavour in "${flavours[@]}"; do
   python=$(bash scripts/setup_env.sh --tests "$flavour")

@@ -97,3 +97,22 @@ def test_the_constraints_pin_every_package_exactly(flavour, tensorflow):
   assert names["tensorflow"].startswith(tensorflow) and "numpy" in names
   with open(os.path.join(REPO_DIR, "scripts", "setup_env.sh"), encoding="utf-8") as f:
     assert '-c "$repo/constraints-$flavour.txt"' in f.read()
+
+
+@pytest.mark.parametrize("workers", ["0", "two", "-1"])
+def test_test_sh_refuses_a_worker_count_that_is_not_one_or_more(tmp_path, workers):
+  """BERT_MGPU_TEST_WORKERS (pytest-xdist's worker count): one line naming the value, before
+  any interpreter is looked for (PATH here holds no Python, which would be the next error)."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  for tool in ("bash", "dirname"):
+    os.symlink(shutil.which(tool), str(bin_dir / tool))
+  env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "BERT_MGPU_TEST_WORKERS": workers,
+         "BERT_MGPU_VENV_DIR": str(tmp_path / "venvs")}
+  result = subprocess.run([BASH, "scripts/test.sh", "tf2"], cwd=REPO_DIR, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=30)
+  assert result.returncode == 1 and result.stdout == ""
+  assert result.stderr == ("error: BERT_MGPU_TEST_WORKERS=%s is not a count of workers; give 1 "
+                           "or more\n" % workers)
+  assert not (tmp_path / "venvs").exists()
