@@ -26,22 +26,29 @@ import random
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-
-import make_pretraining_corpus  # pylint: disable=wrong-import-position
-import make_review_data  # pylint: disable=wrong-import-position
+REPO = os.path.dirname(HERE)
+for _path in (HERE, REPO, os.path.join(REPO, "scripts")):
+  sys.path.insert(0, _path)
+# pylint: disable=wrong-import-position
+import chip_to_cmeee
+import make_pretraining_corpus
+import make_review_data
+from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import formats
 
 
 def read_chip_texts(path):
-  """The text of each non-blank line of a CHIP 2020 file (before the first "|||")."""
+  """The text of each non-blank line of a CHIP 2020 file, before the first "|||". The
+  annotations are not read: the corpus needs none, and chip_to_cmeee.read_chip refuses
+  train_data.txt whole for its one malformed entity (line 6035, `16 15 pro`)."""
   with open(path, encoding="utf-8") as f:
-    return [line.split("|||", 1)[0].strip() for line in f if line.strip()]
+    return [line.split(chip_to_cmeee.FIELD_SEPARATOR, 1)[0].strip() for line in f
+            if line.strip()]
 
 
 def read_cmeee_texts(path):
-  """The "text" of each record of a CMeEE JSON array."""
-  with open(path, encoding="utf-8") as f:
-    return [record["text"] for record in json.load(f)]
+  """The "text" of each record of a CMeEE file (formats.read_cmeee)."""
+  return [sentence.text for sentence in formats.read_cmeee(path).sentences]
 
 
 def main():
@@ -56,11 +63,14 @@ def main():
   parser.add_argument("--seed", type=int, default=12345)
   parser.add_argument("--shared_chars", type=int, default=20)
   args = parser.parse_args()
-  texts = ([t for path in args.chip for t in read_chip_texts(path)] +
-           [t for path in args.cmeee for t in read_cmeee_texts(path)])
+  try:
+    texts = ([t for path in args.chip for t in read_chip_texts(path)] +
+             [t for path in args.cmeee for t in read_cmeee_texts(path)])
+    held_out = [t for path in args.held_out for t in read_cmeee_texts(path)]
+  except UsageError as e:
+    sys.exit("error: %s" % e)
   distinct = sorted(set(t for t in texts if t))
   random.Random(args.seed).shuffle(distinct)
-  held_out = [t for path in args.held_out for t in read_cmeee_texts(path)]
   kept, left_out = make_pretraining_corpus.leave_out_held_out(distinct, held_out,
                                                               args.shared_chars)
   documents = make_pretraining_corpus.write_corpus(args.output_file, kept,

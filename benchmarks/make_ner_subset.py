@@ -71,6 +71,11 @@ def write_conll(path, sentences):
       f.write("".join("%s %s\n" % pair for pair in sentence) + "\n")
 
 
+def sentence_text(sentence):
+  """A sentence's characters joined."""
+  return "".join(token for token, _ in sentence)
+
+
 def entity_types(sentence):
   """The sorted entity types a sentence's tags mention (B-PER, I-LOC, S-ORG, ... -> type)."""
   return sorted(set(tag.split("-", 1)[1] for _, tag in sentence if "-" in tag))
@@ -84,7 +89,7 @@ def write_multi_label(directory, splits):
     types = [entity_types(s) for s in split]
     with open(os.path.join(directory, name + ".tsv"), "w", encoding="utf-8") as f:
       f.write("label\ttext_a\n" + "".join(
-          "%s\t%s\n" % (",".join(t), "".join(token for token, _ in s))
+          "%s\t%s\n" % (",".join(t), sentence_text(s))
           for s, t in zip(split, types)))
     all_types.update(*types)
     counts[name] = {"no_entity": sum(1 for t in types if not t),
@@ -97,7 +102,7 @@ def write_multi_label(directory, splits):
 def write_rest(rest_file, corpus_file, rest, held_out, seed):
   """The rest's texts (see the module doc) to rest_file, and as documents to corpus_file;
   returns the texts and how many were left out as sharing a run with held_out."""
-  texts = sorted(set("".join(token for token, _ in s) for s in rest))
+  texts = sorted(set(sentence_text(s) for s in rest))
   random.Random(seed).shuffle(texts)
   texts, left_out = make_pretraining_corpus.leave_out_held_out(texts, held_out, 20)
   with open(rest_file, "w", encoding="utf-8") as f:
@@ -134,11 +139,11 @@ def main():
   os.makedirs(os.path.join(args.output_dir, "conll"), exist_ok=True)
   for name, split in splits.items():
     write_conll(os.path.join(args.output_dir, "conll", name + ".txt"), split)
-  texts = ["".join(token for token, _ in s) for split in splits.values() for s in split]
+  texts = [sentence_text(s) for split in splits.values() for s in split]
   rest = None
   if args.rest_file:
-    held_out = ["".join(token for token, _ in s) for s in splits["dev"] + splits["test"]]
-    rest_texts, left_out = write_rest(args.rest_file, args.corpus_file, kept[start:],
+    held_out = [sentence_text(s) for s in splits["dev"] + splits["test"]]
+    rest_texts, left_out = write_rest(args.rest_file, args.corpus_file, kept[sum(counts):],
                                       held_out, args.seed)
     rest = {"texts": len(rest_texts), "left_out_as_held_out": left_out}
     texts += rest_texts

@@ -17,15 +17,16 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert_mgpu.ner import span_scoring  # pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+from bert_mgpu.errors import UsageError
+from bert_mgpu.ner import formats
+from bert_mgpu.ner import span_scoring
 
 
 def read_spans(path):
-  """Per record of a CMeEE JSON array, its (type, start_idx, end_idx) triples."""
-  with open(path, encoding="utf-8") as f:
-    records = json.load(f)
-  return [[(e["type"], e["start_idx"], e["end_idx"]) for e in record.get("entities", [])]
-          for record in records]
+  """Per record of a CMeEE file, its (type, start, end exclusive) spans, as
+  run_ner_mgpu.py reads them (formats.read_cmeee: a malformed entity is one error line)."""
+  return [sentence.spans for sentence in formats.read_cmeee(path).sentences]
 
 
 def summary(gold, predicted):
@@ -43,9 +44,12 @@ def main():
   parser.add_argument("--gold", required=True, help="the gold CMeEE file")
   parser.add_argument("predictions", nargs="+", help="CMeEE prediction files")
   args = parser.parse_args()
-  gold = read_spans(args.gold)
-  for path in args.predictions:
-    print(json.dumps(dict(file=path, **summary(gold, read_spans(path)))))
+  try:
+    gold = read_spans(args.gold)
+    for path in args.predictions:
+      print(json.dumps(dict(file=path, **summary(gold, read_spans(path)))))
+  except (UsageError, ValueError) as e:  # ValueError: another count of sentences
+    sys.exit("error: %s" % e)
 
 
 if __name__ == "__main__":

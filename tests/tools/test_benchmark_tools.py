@@ -54,7 +54,7 @@ def test_cmeee_corpus_reads_chip_and_cmeee_texts_and_leaves_out_dev_and_test(
     tmp_path, monkeypatch, capsys):
   held = "患者出现持续性发热伴咳嗽三天余，查体见双肺呼吸音粗"
   (tmp_path / "chip.txt").write_text(
-      "胸痛|||0 1 sym|||\n\n" + "入院后" + held[:22] + "|||\n头晕\n", encoding="utf-8")
+      "胸痛|||0 1 sym|||\n\n" + "入院后" + held[:22] + "|||\n头晕|||\n", encoding="utf-8")
   (tmp_path / "train.json").write_text(json.dumps(
       [{"text": "腹痛", "entities": []}, {"text": "胸痛", "entities": []}]), encoding="utf-8")
   (tmp_path / "dev.json").write_text(json.dumps([{"text": held, "entities": []}]),
@@ -71,11 +71,12 @@ def test_cmeee_corpus_reads_chip_and_cmeee_texts_and_leaves_out_dev_and_test(
   assert sorted("\n".join(documents).split()) == ["头晕", "胸痛", "腹痛"]
 
 
-def test_span_scores_count_exact_triples_and_nested_ones(tmp_path):
+def test_span_scores_count_exact_triples_and_nested_ones(tmp_path, monkeypatch):
   def write(name, entity_lists):
-    records = [{"text": "x" * 10, "entities": [
-        {"start_idx": s, "end_idx": e, "type": t, "entity": "x"} for t, s, e in entities]}
-               for entities in entity_lists]
+    text = "0123456789"
+    records = [{"text": text, "entities": [
+        {"start_idx": s, "end_idx": e, "type": t, "entity": text[s:e + 1]}
+        for t, s, e in entities]} for entities in entity_lists]
     (tmp_path / name).write_text(json.dumps(records), encoding="utf-8")
     return str(tmp_path / name)
 
@@ -90,6 +91,10 @@ def test_span_scores_count_exact_triples_and_nested_ones(tmp_path):
   assert result["precision"] == pytest.approx(0.5) and result["recall"] == pytest.approx(2 / 3)
   assert (result["nested_found"], result["nested_support"]) == (1, 1)
   assert result["nested_recall"] == 1.0
+  bad = write("bad.json", [[("dis", 3, 12)]])  # past the text's end
+  monkeypatch.setattr(sys, "argv", ["score_spans.py", "--gold", bad, bad])
+  with pytest.raises(SystemExit, match=r"^error: .*bad.json line 1: dis span \[3, 12\]"):
+    score_spans.main()
 
 
 def test_scores_against_hand_computed_counts():
