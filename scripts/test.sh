@@ -2,6 +2,7 @@
 # README command 2: the whole test suite, under each TensorFlow flavour asked for.
 #   bash scripts/test.sh          both: TF 2.x (Python 3.11) and TF 1.15 (Python 3.7)
 #   bash scripts/test.sh tf2      one flavour; extra arguments go to pytest
+#   bash scripts/test.sh tf2 tests/tools -k vocab   a path among them runs only that path
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -33,9 +34,10 @@ for flavour in "${flavours[@]}"; do
   python=$(bash scripts/setup_env.sh --tests "$flavour")
   echo "=== tests under $flavour: $("$python" -c 'import sys, tensorflow as t; print("Python", sys.version.split()[0], "TensorFlow", t.__version__)' 2>/dev/null)"
   start=$(date +%s)
-  # --durations: the slowest tests, to keep the CI under its time aim.
+  # --durations: the slowest tests, to keep the CI under its time aim. With no test path in the
+  # arguments pytest runs pyproject.toml's testpaths, the whole suite.
   TF_CPP_MIN_LOG_LEVEL=2 "$python" -m pytest -q -p no:cacheprovider --durations=25 \
-    ${parallel[@]+"${parallel[@]}"} "$@" tests \
+    ${parallel[@]+"${parallel[@]}"} "$@" \
     || status=1
   echo "=== $flavour suite took $(( $(date +%s) - start )) s"
 done

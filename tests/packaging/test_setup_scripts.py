@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -27,17 +28,24 @@ def python_for_tf2():
   return None
 
 
-def run_without_python_3_7(tmp_path, *args):
-  """Runs a script with a PATH and HOME in which the only Python is a 3.11-3.13 one, so no
-  Python 3.7 (neither on PATH nor under ~/.pyenv) can be found."""
+def bin_dir_with_only_python_3_11(tmp_path, tools=("bash", "dirname")):
+  """tmp_path/bin holding a Python 3.11-3.13 as python3.11 and the given tools: a PATH with
+  no Python 3.7. Skips the test when this machine has no such Python."""
   python = python_for_tf2()
   if python is None:
     pytest.skip("no Python 3.11-3.13 here to stand for the TF 2.x interpreter")
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
   os.symlink(python, str(bin_dir / "python3.11"))
-  for tool in ("bash", "dirname"):
+  for tool in tools:
     os.symlink(shutil.which(tool), str(bin_dir / tool))
+  return bin_dir
+
+
+def run_without_python_3_7(tmp_path, *args):
+  """Runs a script with a PATH and HOME in which the only Python is a 3.11-3.13 one, so no
+  Python 3.7 (neither on PATH nor under ~/.pyenv) can be found."""
+  bin_dir = bin_dir_with_only_python_3_11(tmp_path)
   home = tmp_path / "home"
   home.mkdir()
   env = {"PATH": str(bin_dir), "HOME": str(home),
@@ -116,3 +124,52 @@ def test_test_sh_refuses_a_worker_count_that_is_not_one_or_more(tmp_path, worker
   assert result.stderr == ("error: BERT_MGPU_TEST_WORKERS=%s is not a count of workers; give 1 "
                            "or more\n" % workers)
   assert not (tmp_path / "venvs").exists()
+
+
+
+def collecting_test_venv(tmp_path, flavour="tf2"):
+  """A virtualenv dir that setup_env.sh takes as installed (its stamps hold what the
+  requirements ask for), whose python is this one with `--collect-only` added to pytest
+  calls: test.sh's pytest then lists what it would run instead of running it."""
+  def text(name):
+    with open(os.path.join(REPO_DIR, name), encoding="utf-8") as f:
+      return f.read().rstrip("\n")  # as the shell's $(cat ...) gives it
+  venv = tmp_path / "venvs" / (".venv-" + flavour)
+  (venv / "bin").mkdir(parents=True, exist_ok=True)
+  wanted = "%s %s" % (text("requirements.txt"), text("constraints-%s.txt" % flavour))
+  (venv / ".installed").write_text(wanted)
+  (venv / ".installed-tests").write_text("%s %s" % (wanted, text("requirements-test.txt")))
+  python = venv / "bin" / "python"
+  python.write_text(u'#!/bin/sh\nif [ "$1" = -m ]; then exec %s "$@" --collect-only; fi\n'
+                    u'exec %s "$@"\n' % (sys.executable, sys.executable))
+  python.chmod(0o755)
+
+
+def ids_test_sh_would_run(tmp_path, *args):
+  """The test ids `scripts/test.sh tf2 ARGS` would run (one worker, so the ids are printed)."""
+  if python_for_tf2() is None:
+    pytest.skip("no Python 3.11-3.13 here for setup_env.sh --check tf2 to find")
+  collecting_test_venv(tmp_path)
+  env = dict(os.environ, BERT_MGPU_TEST_WORKERS="1",
+             BERT_MGPU_VENV_DIR=str(tmp_path / "venvs"))
+  result = subprocess.run([BASH, "scripts/test.sh", "tf2"] + list(args), cwd=REPO_DIR, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=300)
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_test_sh_runs_only_the_test_paths_given(tmp_path):
+  """`scripts/test.sh tf2 <path>` runs that path alone (it appended `tests`, so ran all)."""
+  this_file = "tests/packaging/test_setup_scripts.py"
+  ids = ids_test_sh_would_run(tmp_path, this_file)
+  assert ids and all(i.startswith(this_file + "::") for i in ids), ids
+  one = this_file + "::test_setup_env_refuses_a_python_of_the_wrong_version"
+  assert ids_test_sh_would_run(tmp_path, one, "-x") == [one]
+
+
+def test_test_sh_without_a_test_path_runs_the_whole_suite(tmp_path):
+  ids = ids_test_sh_would_run(tmp_path)
+  folders = {i.split("/")[1] for i in ids}
+  assert {"packaging", "tools", "commands"} <= folders, folders
+  assert len(ids) > 1000
