@@ -32,7 +32,7 @@ from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import global_pointer
-from bert_mgpu.ner import model as ner_model
+from bert_mgpu.ner import heads as ner_heads
 from bert_mgpu.ner import task as ner_task
 
 FLAGS = tf.flags.FLAGS
@@ -87,16 +87,10 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
-  head = ner_head()
-  if head == "crf" and FLAGS.rdrop_alpha > 0:
-    raise UsageError(ner_model.RDROP_WITH_CRF % FLAGS.rdrop_alpha)
-  if head in global_pointer.SPAN_HEADS and FLAGS.rdrop_alpha > 0:
-    raise UsageError(global_pointer.RDROP_WITH_SPANS % (FLAGS.rdrop_alpha, head))
-  if FLAGS.teacher_dir and head != "tags":
-    raise UsageError("--teacher_dir with --ner_head=%s: distillation matches per-token tag "
-                     "distributions, which only --ner_head=tags gives (a CRF's or a span "
-                     "head's scores are not one); distill a tags student from a tags "
-                     "teacher." % head)
+  try:
+    ner_heads.for_head(ner_head()).check_options(FLAGS.rdrop_alpha, bool(FLAGS.teacher_dir))
+  except ValueError as e:
+    raise UsageError(str(e))
 
 
 def ner_head():

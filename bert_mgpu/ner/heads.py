@@ -21,6 +21,12 @@ from bert_mgpu.ner import span_windows
 from bert_mgpu.ner import splits as ner_splits
 
 
+DISTILL_NEEDS_TAGS = ("--teacher_dir with --ner_head=%s: distillation matches per-token tag "
+                      "distributions, which only --ner_head=tags gives (a CRF's or a span "
+                      "head's scores are not one); distill a tags student from a tags "
+                      "teacher.")
+
+
 class TagHeads(object):
   """--ner_head=tags or crf."""
 
@@ -30,6 +36,14 @@ class TagHeads(object):
   def __init__(self, ner_head):
     self.ner_head = ner_head
     self.use_crf = ner_head == "crf"
+
+  def check_options(self, rdrop_alpha, distills):
+    """ValueError (one line) for what the head cannot do: the CRF gives no per-token
+    distributions for R-Drop or distillation to compare."""
+    if self.use_crf and rdrop_alpha > 0:
+      raise ValueError(ner_model.RDROP_WITH_CRF % rdrop_alpha)
+    if self.use_crf and distills:
+      raise ValueError(DISTILL_NEEDS_TAGS % self.ner_head)
 
   def model_settings(self, do_lower_case, max_seq_length, doc_stride):
     return ner_serving.ner_settings(do_lower_case, max_seq_length, doc_stride, self.use_crf)
@@ -78,6 +92,14 @@ class SpanHeads(object):
   def __init__(self, ner_head):
     self.ner_head = ner_head
     self.use_crf = False
+
+  def check_options(self, rdrop_alpha, distills):
+    """ValueError (one line): a span head gives no per-token distributions for R-Drop or
+    distillation to compare."""
+    if rdrop_alpha > 0:
+      raise ValueError(global_pointer.RDROP_WITH_SPANS % (rdrop_alpha, self.ner_head))
+    if distills:
+      raise ValueError(DISTILL_NEEDS_TAGS % self.ner_head)
 
   def model_settings(self, do_lower_case, max_seq_length, doc_stride):
     return ner_serving.span_settings(do_lower_case, max_seq_length, doc_stride, self.ner_head)

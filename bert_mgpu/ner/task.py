@@ -100,6 +100,7 @@ class NerTask(job.Task):
 
   def __init__(self, job_settings, settings):
     super(NerTask, self).__init__(job_settings, settings)
+    settings.head.check_options(job_settings.rdrop_alpha, settings.distillation.distills)
     self.bert_config = self.tokenizer = None
     self.splits = None  # split name -> ner_splits.Split
     self.data_format = self.label_list = self.scheme = None

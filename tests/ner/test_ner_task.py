@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 import tensorflow.compat.v1 as tf
 
+from bert_mgpu.distillation import options as distillation_options
 from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import heads as ner_heads
 from bert_mgpu.ner import predictions as ner_predictions
 from bert_mgpu.ner import splits as ner_splits
+from bert_mgpu.ner import task as ner_task
+from bert_mgpu.training import run_settings
 import tokenization
 
 TRAIN = u"李 B-PER\n明 I-PER\n去 O\n北 B-LOC\n京 I-LOC\n\n你 O\n好 O\n"
@@ -127,3 +130,36 @@ def test_each_head_has_its_family_and_its_saved_settings_give_it_back(ner_head, 
   assert again.spans == (family is ner_heads.SpanHeads)
   with pytest.raises(ValueError):
     ner_heads.for_head("softmax")
+
+
+@pytest.mark.parametrize("ner_head, rdrop_alpha, distills, refusal", [
+    ("tags", 4.0, True, None),
+    ("crf", 0.0, False, None),
+    ("crf", 4.0, False, "--rdrop_alpha=4.0 with --use_crf"),
+    ("crf", 0.0, True, "--teacher_dir with --ner_head=crf"),
+    ("global_pointer", 0.0, False, None),
+    ("global_pointer", 4.0, False, "--rdrop_alpha=4.0 with --ner_head=global_pointer"),
+    ("efficient_global_pointer", 0.0, True,
+     "--teacher_dir with --ner_head=efficient_global_pointer")])
+def test_a_head_refuses_the_options_it_cannot_compute_and_so_does_the_task(
+    data_dir, tmp_path, ner_head, rdrop_alpha, distills, refusal):
+  """R-Drop and distillation compare per-token tag distributions, which only the softmax tags
+  give: the head family says so in one line, and the task unit refuses at construction (a
+  program using the package without the command's flag checks)."""
+  head = ner_heads.for_head(ner_head)
+  distillation = distillation_options.DistillationOptions(
+      str(tmp_path) if distills else None, 1.0, 0.5, None, None)
+  settings = ner_task.NerSettings(data_dir, "vocab.txt", "bert_config.json", ner_head=ner_head,
+                                  distillation=distillation)
+  job_settings = run_settings.JobSettings(str(tmp_path / "out"), rdrop_alpha=rdrop_alpha)
+  if refusal is None:
+    head.check_options(rdrop_alpha, distills)
+    ner_task.NerTask(job_settings, settings)
+    return
+  for refuse in (lambda: head.check_options(rdrop_alpha, distills),
+                 lambda: ner_task.NerTask(job_settings, settings)):
+    with pytest.raises(ValueError) as raised:
+      refuse()
+    message = str(raised.value)
+    assert message.startswith(refusal) and "\n" not in message
+    assert message.endswith("drop one.") or "distill a tags student" in message
