@@ -87,10 +87,7 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
-  try:
-    ner_heads.for_head(ner_head()).check_options(FLAGS.rdrop_alpha, bool(FLAGS.teacher_dir))
-  except ValueError as e:
-    raise UsageError(str(e))
+  ner_heads.for_head(ner_head()).check_options(FLAGS.rdrop_alpha, bool(FLAGS.teacher_dir))
 
 
 def ner_head():

@@ -12,6 +12,7 @@ for_head(ner_head) and for_model_settings(settings) give the family's object.
 """
 
 from bert_mgpu.data import length_grouping
+from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import global_pointer
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.ner import predictions
@@ -38,12 +39,12 @@ class TagHeads(object):
     self.use_crf = ner_head == "crf"
 
   def check_options(self, rdrop_alpha, distills):
-    """ValueError (one line) for what the head cannot do: the CRF gives no per-token
+    """UsageError (one line) for what the head cannot do: the CRF gives no per-token
     distributions for R-Drop or distillation to compare."""
     if self.use_crf and rdrop_alpha > 0:
-      raise ValueError(ner_model.RDROP_WITH_CRF % rdrop_alpha)
+      raise UsageError(ner_model.RDROP_WITH_CRF % rdrop_alpha)
     if self.use_crf and distills:
-      raise ValueError(DISTILL_NEEDS_TAGS % self.ner_head)
+      raise UsageError(DISTILL_NEEDS_TAGS % self.ner_head)
 
   def model_settings(self, do_lower_case, max_seq_length, doc_stride):
     return ner_serving.ner_settings(do_lower_case, max_seq_length, doc_stride, self.use_crf)
@@ -94,12 +95,12 @@ class SpanHeads(object):
     self.use_crf = False
 
   def check_options(self, rdrop_alpha, distills):
-    """ValueError (one line): a span head gives no per-token distributions for R-Drop or
+    """UsageError (one line): a span head gives no per-token distributions for R-Drop or
     distillation to compare."""
     if rdrop_alpha > 0:
-      raise ValueError(global_pointer.RDROP_WITH_SPANS % (rdrop_alpha, self.ner_head))
+      raise UsageError(global_pointer.RDROP_WITH_SPANS % (rdrop_alpha, self.ner_head))
     if distills:
-      raise ValueError(DISTILL_NEEDS_TAGS % self.ner_head)
+      raise UsageError(DISTILL_NEEDS_TAGS % self.ner_head)
 
   def model_settings(self, do_lower_case, max_seq_length, doc_stride):
     return ner_serving.span_settings(do_lower_case, max_seq_length, doc_stride, self.ner_head)

@@ -133,7 +133,8 @@ def test_each_head_has_its_family_and_its_saved_settings_give_it_back(ner_head, 
 
 
 @pytest.mark.parametrize("ner_head, rdrop_alpha, distills, refusal", [
-    ("tags", 4.0, True, None),
+    ("tags", 4.0, False, None),
+    ("tags", 0.0, True, None),
     ("crf", 0.0, False, None),
     ("crf", 4.0, False, "--rdrop_alpha=4.0 with --use_crf"),
     ("crf", 0.0, True, "--teacher_dir with --ner_head=crf"),
@@ -158,7 +159,7 @@ def test_a_head_refuses_the_options_it_cannot_compute_and_so_does_the_task(
     return
   for refuse in (lambda: head.check_options(rdrop_alpha, distills),
                  lambda: ner_task.NerTask(job_settings, settings)):
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(UsageError) as raised:
       refuse()
     message = str(raised.value)
     assert message.startswith(refusal) and "\n" not in message

@@ -126,7 +126,6 @@ def test_test_sh_refuses_a_worker_count_that_is_not_one_or_more(tmp_path, worker
   assert not (tmp_path / "venvs").exists()
 
 
-
 def collecting_test_venv(tmp_path, flavour="tf2"):
   """A virtualenv dir that setup_env.sh takes as installed (its stamps hold what the
   requirements ask for), whose python is this one with `--collect-only` added to pytest
@@ -140,8 +139,8 @@ def collecting_test_venv(tmp_path, flavour="tf2"):
   (venv / ".installed").write_text(wanted)
   (venv / ".installed-tests").write_text("%s %s" % (wanted, text("requirements-test.txt")))
   python = venv / "bin" / "python"
-  python.write_text(u'#!/bin/sh\nif [ "$1" = -m ]; then exec %s "$@" --collect-only; fi\n'
-                    u'exec %s "$@"\n' % (sys.executable, sys.executable))
+  python.write_text(u'#!/bin/sh\nif [ "$1" = -m ]; then exec "%s" "$@" --collect-only; fi\n'
+                    u'exec "%s" "$@"\n' % (sys.executable, sys.executable))
   python.chmod(0o755)
 
 
@@ -150,12 +149,14 @@ def ids_test_sh_would_run(tmp_path, *args):
   if python_for_tf2() is None:
     pytest.skip("no Python 3.11-3.13 here for setup_env.sh --check tf2 to find")
   collecting_test_venv(tmp_path)
-  env = dict(os.environ, BERT_MGPU_TEST_WORKERS="1",
+  # BERT_MGPU_NEWEST=0: the stamps written above are those of the pinned versions.
+  env = dict(os.environ, BERT_MGPU_TEST_WORKERS="1", BERT_MGPU_NEWEST="0",
              BERT_MGPU_VENV_DIR=str(tmp_path / "venvs"))
   result = subprocess.run([BASH, "scripts/test.sh", "tf2"] + list(args), cwd=REPO_DIR, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=300)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+  assert "setting up" not in result.stderr  # the stand-in was taken, nothing installed
   return [line for line in result.stdout.splitlines() if "::" in line]
 
 
