@@ -32,7 +32,6 @@ from bert_mgpu.errors import UsageError
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import formats
 from bert_mgpu.ner import global_pointer
-from bert_mgpu.ner import heads as ner_heads
 from bert_mgpu.ner import task as ner_task
 
 FLAGS = tf.flags.FLAGS
@@ -87,7 +86,7 @@ def check_flags():
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   command_line.check_run_flags(("doc_stride",))
   featurizing.check_window_settings(FLAGS.max_seq_length, FLAGS.doc_stride)
-  ner_heads.for_head(ner_head()).check_options(FLAGS.rdrop_alpha, bool(FLAGS.teacher_dir))
+  ner_head()  # --use_crf against --ner_head; what the head cannot do, NerTask refuses
 
 
 def ner_head():

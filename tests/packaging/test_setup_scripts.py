@@ -126,16 +126,16 @@ def test_test_sh_refuses_a_worker_count_that_is_not_one_or_more(tmp_path, worker
   assert not (tmp_path / "venvs").exists()
 
 
-def collecting_test_venv(tmp_path, flavour="tf2"):
+def collecting_test_venv(tmp_path):
   """A virtualenv dir that setup_env.sh takes as installed (its stamps hold what the
   requirements ask for), whose python is this one with `--collect-only` added to pytest
   calls: test.sh's pytest then lists what it would run instead of running it."""
   def text(name):
     with open(os.path.join(REPO_DIR, name), encoding="utf-8") as f:
       return f.read().rstrip("\n")  # as the shell's $(cat ...) gives it
-  venv = tmp_path / "venvs" / (".venv-" + flavour)
+  venv = tmp_path / "venvs" / ".venv-tf2"
   (venv / "bin").mkdir(parents=True, exist_ok=True)
-  wanted = "%s %s" % (text("requirements.txt"), text("constraints-%s.txt" % flavour))
+  wanted = "%s %s" % (text("requirements.txt"), text("constraints-tf2.txt"))
   (venv / ".installed").write_text(wanted)
   (venv / ".installed-tests").write_text("%s %s" % (wanted, text("requirements-test.txt")))
   python = venv / "bin" / "python"
@@ -150,13 +150,17 @@ def ids_test_sh_would_run(tmp_path, *args):
     pytest.skip("no Python 3.11-3.13 here for setup_env.sh --check tf2 to find")
   collecting_test_venv(tmp_path)
   # BERT_MGPU_NEWEST=0: the stamps written above are those of the pinned versions.
-  env = dict(os.environ, BERT_MGPU_TEST_WORKERS="1", BERT_MGPU_NEWEST="0",
+  # PIP_NO_INDEX: should setup_env.sh not take the stand-in, its install fails at once
+  # instead of fetching packages.
+  env = dict(os.environ, BERT_MGPU_TEST_WORKERS="1", BERT_MGPU_NEWEST="0", PIP_NO_INDEX="1",
              BERT_MGPU_VENV_DIR=str(tmp_path / "venvs"))
   result = subprocess.run([BASH, "scripts/test.sh", "tf2"] + list(args), cwd=REPO_DIR, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=300)
+  assert "setting up" not in result.stderr, (
+      "setup_env.sh did not take the stand-in virtualenv (have its stamps changed?): "
+      + result.stderr[-2000:])
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-  assert "setting up" not in result.stderr  # the stand-in was taken, nothing installed
   return [line for line in result.stdout.splitlines() if "::" in line]
 
 
