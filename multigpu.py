@@ -589,7 +589,7 @@ def _clear_after(accumulators, dependencies):
 def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmup_steps,
                    optimizer_name="adamw", clip_norm=1.0, accumulation_steps=1, precision="fp32",
                    use_xla=False, adam_bias_correction=False, layerwise_lr_decay=1.0,
-                   ema_decay=0.0, attack=None):
+                   ema_decay=0.0, ema_rule=weight_averages.BIAS_CORRECTED, attack=None):
   """Builds the multi-tower training step.
 
   Each tower gets an equal slice of the batch; the tower losses and gradients are averaged and
@@ -628,6 +628,8 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     ema_decay: D > 0 keeps, per replica, an exponential moving average of each trained
       variable, moved after each applied update (bert_mgpu/training/weight_averages.py);
       0: none.
+    ema_rule: the averages' weight_averages.Rule: bias-corrected (the default), or not,
+      and whether the graph records it.
     attack: an adversarial.Attack (--adversarial): the gradient of each (micro-)batch adds
       that of its adversarial pass, the perturbation taken from the global (micro-)batch's
       gradient; None: none. With accumulation, each micro-batch is attacked on its own.
@@ -653,7 +655,7 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
         pairs, learning_rate, global_step, optimizer, clip_norm,
         skip_non_finite=loss_scale is not None, increment_global_step=increment_global_step,
         learning_rate_scales=layerwise_lr.scales_of(pairs, layerwise_lr_decay),
-        ema_decay=ema_decay)
+        ema_decay=ema_decay, ema_rule=ema_rule)
 
   def finish(updates, global_norm):
     """global_step (and the fp16 loss scale) move once every replica has updated."""

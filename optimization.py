@@ -540,7 +540,8 @@ def make_optimizer(name, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta
 
 def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw", clip_norm=1.0,
                     weight_decay_rate=0.01, skip_non_finite=False, increment_global_step=True,
-                    learning_rate_scales=None, ema_decay=0.0):
+                    learning_rate_scales=None, ema_decay=0.0,
+                    ema_rule=weight_averages.BIAS_CORRECTED):
   """Clips the gradients, updates the variables and then increments global_step.
 
   Steps, in order: drop pairs whose gradient is None; make tf.IndexedSlices
@@ -568,6 +569,7 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
       optimizer's apply_gradients; layer-wise learning rates).
     ema_decay: D > 0 moves each variable's weight average after the update (not after a
       skipped one): bert_mgpu/training/weight_averages.py.
+    ema_rule: the averages' weight_averages.Rule (bias-corrected by default).
 
   Returns:
     Tuple (train_op, global_norm): train_op is the global-step increment, which
@@ -618,7 +620,8 @@ def apply_gradients(grads_and_vars, learning_rate, global_step, optimizer="adamw
                                          learning_rate_scales=learning_rate_scales)
     if ema_decay > 0:
       with tf.control_dependencies([update]):  # the averages see the updated weights
-        update = weight_averages.build_update(tvars, ema_decay, apply_if)
+        update = weight_averages.build_update(tvars, ema_decay, global_step, apply_if,
+                                              ema_rule)
 
     if not increment_global_step:
       return update, global_norm

@@ -12,8 +12,7 @@ once by NumPy under Google's names, and trains it for STEPS steps on fixed batch
 multigpu.build_training: `--adam_bias_correction` AdamW, Google's warmup-then-decay rate,
 global-norm clip 1.0, weight decay 0.01 except LayerNorm and biases, layer-wise decay
 DECAY; on 1 tower, on 2 towers, and on 1 tower without the decay (1.0), for contrast; every
-run keeps weight averages with decay EMA_DECAY (weight_averages.py), started from the initial
-weights.
+run keeps weight averages with decay EMA_DECAY (weight_averages.py, bias-corrected).
 `torch` loads the same weights into transformers' BertForSequenceClassification (eager
 attention, eval mode, dropout 0), trains it on the same batches with the mean cross-entropy,
 torch.nn.utils.clip_grad_norm_(1.0) and torch.optim.AdamW (eps 1e-6), one parameter group per
@@ -22,9 +21,12 @@ factor computed here from the HF names (embeddings d^(L+1), encoder.layer.i d^(L
 and classifier 1), and prints, per step and run, the largest |ours - torch| relative to the
 largest weight change so far: overall, and per group (the embeddings, each layer, the
 head with the pooler, and the attention key biases apart: see group_of), each relative to
-that group's own change. After each step torch's side moves its own average of every
-parameter (shadow.mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY)), and the largest
-|ours - torch| of the averages is printed relative to the largest move of torch's averages.
+that group's own change. After each step t torch's side keeps its own bias-corrected
+average of every parameter as bert4keras defines it: a sum started at zero,
+zero_started.mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY), divided by 1 - EMA_DECAY^t
+(our side moves its averages by (1 - D) / (1 - D^t) instead, which is the same quantity);
+the largest |ours - torch| of the averages is printed relative to the largest move of
+torch's averages.
 
 Google's rate is 0 at step 0 under any warmup (`step / warmup`), so the first of the STEPS
 updates moves only Adam's moments (in both); the next three move the weights.
@@ -193,9 +195,9 @@ def run_torch(ours_path):
       sorted(set("%.4g" % (g["initial_lr"] / PEAK_LR)
                  for g in optimizer.param_groups)))))
   theirs = []  # per step: (torch's weights under Google's names and layouts, rate, norm)
-  shadows = {name: param.detach().clone() for name, param in model.named_parameters()}
+  zero_started = {name: torch.zeros_like(param) for name, param in model.named_parameters()}
   averages = []  # per step: torch's averages under Google's names and layouts
-  for batch in batches():
+  for step, batch in enumerate(batches(), 1):
     rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
     optimizer.zero_grad(set_to_none=True)
     output = model(input_ids=torch.from_numpy(batch["input_ids"]).long(),
@@ -209,8 +211,10 @@ def run_torch(ours_path):
     theirs.append((hf_common.google_arrays(model), rate, norm))
     with torch.no_grad():
       for name, param in model.named_parameters():
-        shadows[name].mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY)
-    averages.append(hf_common.named_google_arrays(shadows.items()))
+        zero_started[name].mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY)
+      corrected = [(name, value / (1 - EMA_DECAY ** step))
+                   for name, value in zero_started.items()]
+    averages.append(hf_common.named_google_arrays(corrected))
   compare(ours, initial, theirs)
   compare_averages(ours, initial, averages)
 

@@ -298,6 +298,11 @@ def define_fine_tuning_flags():
                         "weights with decay D in [0, 1) (e.g. 0.999), updated after each "
                         "step; dev evaluation, best/, predictions, exports and conversions "
                         "use it, checkpoints keep both (0: none).")
+  tf.flags.DEFINE_bool("ema_bias_correction", True, "Correct the weight averages' bias "
+                       "towards the starting weights: update t moves them by "
+                       "(1 - D) / (1 - D^t), so they average the weights after each update "
+                       "(bert4keras's default). false: by 1 - D from the starting weights, "
+                       "the rule before it.")
   tf.flags.DEFINE_enum("adversarial", "none", list(adversarial.METHODS), "Adversarial "
                        "training on the token-embedding table, its step taken from the whole "
                        "global batch's gradient: fgm (one more forward and backward pass per "

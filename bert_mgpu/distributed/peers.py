@@ -31,7 +31,7 @@ import multigpu
 # collectives pair up wrongly and wait forever).
 _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_steps",
                     "train_batch_size", "num_towers", "micro_batch_size", "random_seed",
-                    "adversarial_passes")
+                    "adversarial_passes", "ema_bias_correction", "ema_rule_recorded")
 
 # Training sessions that must not be closed (nor garbage-collected, which closes them).
 _SESSIONS_LEFT_OPEN = []

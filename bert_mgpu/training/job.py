@@ -13,8 +13,9 @@ each hook relying on what the earlier ones kept on the task:
      must fork before TensorFlow starts its GPU runtime;
   4. check_start: the checkpoint to start from or predict with, and its head (by the
      variable names of the unit's model.py), after the job's own check that a checkpoint
-     to resume has weight averages if and only if --ema_decay asks for them; then
-     output_dir is claimed;
+     to resume has weight averages if and only if --ema_decay asks for them, with the D and
+     rule it recorded (which the resumed averages keep following); then output_dir is
+     claimed;
   5. write_model_files (the chief, when training), featurize (or reuse the feature cache);
   6. make_model_fn, make_inference; when training: log_before_training, make_train_dataset,
      eval_spec, and runner.train (a worker that is not the chief stops there);
@@ -164,11 +165,23 @@ def record_file_inference(config, model_fn, record_files, spec, do_eval, do_pred
   return runner.dev_and_test_inference(config, model_fn, make_dataset, do_eval, do_predict)
 
 
-def _check_resume(job_settings):
-  """Refuses to resume a checkpoint whose weight averages --ema_decay does not match."""
-  latest = checkpoints.latest_checkpoint(job_settings.output_dir)
-  if latest:
-    weight_averages.check_resume(latest, job_settings.ema_decay)
+def _check_resume(config):
+  """Refuses to resume a checkpoint whose weight averages --ema_decay does not match, and
+  sets the rule the averages follow (a resumed run keeps its checkpoint's).
+
+  Every worker that sees output_dir's checkpoint decides alike; one that does not (another
+  machine) takes the flags' rule, and the workers' settings check refuses a difference.
+  """
+  latest = checkpoints.latest_checkpoint(config.output_dir)
+  if not latest:
+    return
+  rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction)
+  config.ema_bias_correction, config.ema_rule_recorded = rule
+  if config.ema_decay > 0 and not rule.recorded:
+    tf.logging.warning(
+        "%s was written before weight averages were bias-corrected: this run continues its "
+        "averages by that rule (from the start weights, moved by 1 - D). A new run corrects "
+        "them (docs/TRAINING.md).", latest)
 
 
 def run_job(task, export_dir=None):
@@ -183,8 +196,8 @@ def run_job(task, export_dir=None):
   num_train_examples, example_noun = task.train_size()
   with task.featurizing_processes(run_settings.planned_cache_dir(job_settings)):
     config = run_settings.make_run_config(job_settings, num_train_examples, example_noun)
-    if job_settings.do_train and config.is_chief:
-      _check_resume(job_settings)
+    if job_settings.do_train:
+      _check_resume(config)
     task.check_start(config)
     output_files.claim_output_dir(config)
     if job_settings.do_train and config.is_chief:

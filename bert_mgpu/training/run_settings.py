@@ -22,6 +22,7 @@ import tempfile
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.errors import UsageError
+from bert_mgpu.training import weight_averages
 import multigpu
 
 # With --use_xla, batch lengths are rounded up to a multiple of this.
@@ -160,8 +161,10 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("optimizer", "adamw"), ("adam_bias_correction", False),
     # The classifier's and NER's --layerwise_lr_decay (1.0: one rate for every layer).
     ("layerwise_lr_decay", 1.0),
-    # Their --ema_decay (0: no weight averages).
-    ("ema_decay", 0.0),
+    # Their --ema_decay (0: no weight averages) and --ema_bias_correction; the job sets
+    # ema_rule_recorded False to resume averages written before their rule was recorded
+    # (weight_averages.check_resume).
+    ("ema_decay", 0.0), ("ema_bias_correction", True), ("ema_rule_recorded", True),
     # Their --adversarial: an adversarial.Attack, or None.
     ("attack", None),
     # Their --rdrop_alpha (0: one pass per batch).
@@ -269,7 +272,12 @@ class RunConfig(object):
                 precision=self.devices.precision, use_xla=self.devices.use_xla,
                 adam_bias_correction=self.adam_bias_correction,
                 layerwise_lr_decay=self.layerwise_lr_decay, ema_decay=self.ema_decay,
-                attack=self.attack)
+                ema_rule=self.ema_rule, attack=self.attack)
+
+  @property
+  def ema_rule(self):
+    """The weight averages' weight_averages.Rule."""
+    return weight_averages.Rule(bool(self.ema_bias_correction), bool(self.ema_rule_recorded))
 
   @property
   def adversarial_passes(self):
@@ -301,7 +309,8 @@ class RunConfig(object):
     if self.layerwise_lr_decay != 1.0:
       steps += ", layer-wise learning-rate decay %g" % self.layerwise_lr_decay
     if self.ema_decay > 0:
-      steps += ", weight averages with decay %g (evaluated and kept)" % self.ema_decay
+      steps += ", weight averages with decay %g, %s (evaluated and kept)" % (
+          self.ema_decay, self.ema_rule.describe())
     if self.extra_passes():
       steps += ", " + self.extra_passes()
     if self.initializer != "truncated_normal":

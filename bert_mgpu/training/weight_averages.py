@@ -2,13 +2,28 @@
 """An exponential moving average of the weights (--ema_decay=D): kept while training, used
 by everything after it.
 
-After each applied update, every trained variable w has a shadow s (a variable named
-"<w's name>/ExponentialMovingAverage", tf.train.ExponentialMovingAverage's name):
+After each applied update t (t = 1, 2, ...: global_step + 1, so skipped fp16 updates and
+accumulated micro-batches do not count, and a resumed run continues t), every trained
+variable w has a shadow s (a variable named "<w's name>/ExponentialMovingAverage",
+tf.train.ExponentialMovingAverage's name) that moves towards it:
 
-  s <- s - (1 - D) * (s - w)        (= D * s + (1 - D) * w)
+  s <- s - r_t * (s - w),   r_t = (1 - D) / (1 - D^t)      (the bias-corrected rule)
 
-The shadows start from the weights the run starts from (the init checkpoint or the
-initializer). An fp16 update that loss scaling skips leaves them as they are.
+r_1 = 1, so after the first update s is that update's weights, and after t updates s is
+sum_i (1 - D) D^(t-i) w_i / (1 - D^t): the average of the weights after each update with
+the starting weights out of it (bert4keras's bias-corrected EMA: averages that start at
+zero, divided by 1 - D^t). r_t falls to 1 - D as t grows. Without the correction
+(--ema_bias_correction=false, and the rule of every checkpoint written before it) r_t is
+1 - D from the start, and the shadows start from the weights the run starts from, which
+then keep a share D^t (0.61 after 500 updates at D = 0.999). An fp16 update that loss
+scaling skips leaves the shadows as they are.
+
+A checkpoint records the rule beside the shadows: RECORDED_DECAY (D) and
+RECORDED_CORRECTION (1.0 for the bias-corrected rule, 0.0 without it), scalars that never
+change. A checkpoint with shadows and no record was written before the correction existed:
+a resume of it continues its averages by the old rule (check_resume says which rule a run
+follows, and refuses a changed D or rule). Readers of the model skip the record like any
+training state.
 
 One rule says which weights are used, in one place (this module):
 - A checkpoint holds the raw weights under their plain names, which a resumed run
@@ -25,6 +40,9 @@ A variable the loss does not reach (NER's pooler) never changes and gets no shad
 weight is its average.
 """
 
+import collections
+
+import numpy as np
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.errors import UsageError
@@ -32,6 +50,29 @@ from bert_mgpu.errors import UsageError
 SUFFIX = "/ExponentialMovingAverage"
 # The graph collection of the shadow variables (of every replica).
 _COLLECTION = "weight_averages"
+# The rule a checkpoint's averages follow (float32 scalars, one per run, never changed).
+RECORD_SCOPE = "weight_averages/"
+RECORDED_DECAY = RECORD_SCOPE + "decay"
+RECORDED_CORRECTION = RECORD_SCOPE + "bias_correction"
+_RECORD_COLLECTION = "weight_averages_record"
+
+
+class Rule(collections.namedtuple("Rule", ["bias_correction", "recorded"])):
+  """How a run's averages move (with D from --ema_decay).
+
+  Attributes:
+    bias_correction: r_t = (1 - D) / (1 - D^t); False: 1 - D from the start weights.
+    recorded: the graph keeps RECORDED_DECAY and RECORDED_CORRECTION (False only to resume
+      a checkpoint written before the record existed, which has none to restore).
+  """
+
+  def describe(self):
+    if self.bias_correction:
+      return "bias-corrected: each update moves them by (1 - D) / (1 - D^t)"
+    return "not bias-corrected: they start from the start weights and move by 1 - D"
+
+
+BIAS_CORRECTED = Rule(bias_correction=True, recorded=True)
 
 
 def check_decay(decay):
@@ -96,12 +137,27 @@ def read_weight(checkpoint, name):
   return read_weights(tf.train.load_checkpoint(checkpoint), [name])[name]
 
 
-def check_resume(checkpoint, decay):
-  """Refuses to resume from a checkpoint whose averages do not match --ema_decay.
+def is_record(name):
+  """Whether `name` is the record of the averages' rule (training state, not a weight)."""
+  return name.startswith(RECORD_SCOPE)
+
+
+def check_resume(checkpoint, decay, bias_correction=True):
+  """Refuses to resume from a checkpoint whose averages do not match --ema_decay, and says
+  by which rule the resumed averages move.
+
+  Args:
+    checkpoint: the checkpoint the run resumes.
+    decay: --ema_decay (0: none).
+    bias_correction: --ema_bias_correction.
+
+  Returns:
+    The Rule to build the training graph with: the checkpoint's own (a checkpoint written
+    before the record existed continues without the correction and without a record).
 
   Raises:
     UsageError: --ema_decay given and the checkpoint has no averages, or not given and it
-      has them.
+      has them; a D or a rule other than the recorded ones.
   """
   saved = has_averages(checkpoint)
   if decay > 0 and not saved:
@@ -112,36 +168,95 @@ def check_resume(checkpoint, decay):
     raise UsageError("%s was trained with --ema_decay and holds weight averages that this "
                      "run would drop. Resume with the same --ema_decay, or train into a new "
                      "--output_dir." % checkpoint)
+  if not saved:
+    return Rule(bias_correction, recorded=True)
+  reader = tf.train.load_checkpoint(checkpoint)
+  if not reader.has_tensor(RECORDED_DECAY):
+    return Rule(bias_correction=False, recorded=False)
+  recorded_decay = float(reader.get_tensor(RECORDED_DECAY))
+  if np.float32(decay) != np.float32(recorded_decay):
+    raise UsageError("--ema_decay=%s: %s kept its weight averages with --ema_decay=%s, and "
+                     "their bias correction holds for that D only. Resume with "
+                     "--ema_decay=%s, or train into a new --output_dir." % (
+                         decay, checkpoint, _short(recorded_decay), _short(recorded_decay)))
+  recorded_correction = bool(reader.get_tensor(RECORDED_CORRECTION))
+  if recorded_correction != bool(bias_correction):
+    raise UsageError("--ema_bias_correction=%s: %s kept its weight averages with "
+                     "--ema_bias_correction=%s. Resume with it, or train into a new "
+                     "--output_dir." % (_flag_bool(bias_correction), checkpoint,
+                                        _flag_bool(recorded_correction)))
+  return Rule(recorded_correction, recorded=True)
+
+
+def _short(value):
+  """A float32 value as the user typed it (0.999, not 0.99900001)."""
+  return "%.7g" % value
+
+
+def _flag_bool(value):
+  return "true" if value else "false"
 
 
 # ---------------------------------------------------------------------------
 # The shadows in a training graph
 # ---------------------------------------------------------------------------
 
-def build_update(variables, decay, applied=None):
+def build_update(variables, decay, global_step, applied=None, rule=BIAS_CORRECTED):
   """Creates the shadows of `variables` and the op that moves them towards the variables.
 
-  Build it after the update: the op reads the variables under a control dependency the
-  caller sets. Each shadow lives on its variable's device (a replica's on that replica).
+  Build it after the update and before global_step's increment: the op reads the
+  variables under a control dependency the caller sets. Each shadow lives on its
+  variable's device (a replica's on that replica); the record of the rule, once per graph,
+  on global_step's.
 
   Args:
     variables: the trained variables (one replica's).
     decay: D in (0, 1).
+    global_step: the step variable, not yet incremented for this update (t = its value
+      + 1).
     applied: optional bool scalar; when False (a skipped fp16 update) the shadows keep
       their values exactly.
+    rule: a Rule.
 
   Returns:
     The op.
   """
-  rate = tf.constant(1.0 - decay, tf.float32)
+  if rule.recorded:
+    _record(decay, rule, global_step.device)
+  rate = tf.cast(move_rate(decay, global_step, rule.bias_correction), tf.float32)
   if applied is not None:
     rate *= tf.cast(applied, tf.float32)
   moves = []
   with tf.name_scope("weight_averages"):
     for variable in variables:
       shadow = _shadow(variable)
-      moves.append(shadow.assign_sub((shadow - variable) * rate, read_value=False))
+      # Exact at r = 1 (the first update's weights) and r = 0 (a skipped update).
+      moves.append(shadow.assign(shadow * (1.0 - rate) + variable * rate, read_value=False))
   return tf.group(*moves)
+
+
+def move_rate(decay, global_step, bias_correction):
+  """r_t, the share of the way from the shadow to the weight that update t moves it:
+  (1 - D) / (1 - D^t) with t = global_step + 1, or 1 - D without the correction. float64,
+  so that 1 - D^t keeps its digits for D near 1."""
+  if not bias_correction:
+    return tf.constant(1.0 - decay, tf.float64)
+  with tf.name_scope("bias_corrected_rate"):
+    t = tf.cast(global_step, tf.float64) + 1.0
+    decay = tf.constant(decay, tf.float64)
+    return (1.0 - decay) / (1.0 - tf.pow(decay, t))
+
+
+def _record(decay, rule, device):
+  """The graph's RECORDED_DECAY and RECORDED_CORRECTION, created on first use."""
+  if tf.get_collection(_RECORD_COLLECTION):
+    return
+  with tf.device(device):
+    for name, value in ((RECORDED_DECAY, decay),
+                        (RECORDED_CORRECTION, 1.0 if rule.bias_correction else 0.0)):
+      tf.add_to_collection(_RECORD_COLLECTION, tf.get_variable(
+          name, [], tf.float32, tf.constant_initializer(value), trainable=False,
+          use_resource=True))
 
 
 def _shadow(variable):

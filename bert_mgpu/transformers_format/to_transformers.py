@@ -42,10 +42,12 @@ Source = collections.namedtuple("Source", ["checkpoint", "why", "directory"])
 
 
 def is_training_state(name):
-  """Whether checkpoint variable `name` is optimizer or loop state (never converted), or a
-  weight average (converted in place of its weight: weight_averages.read_weights)."""
+  """Whether checkpoint variable `name` is optimizer or loop state (never converted), the
+  record of the averages' rule, or a weight average (converted in place of its weight:
+  weight_averages.read_weights)."""
   return (name == "global_step" or name.endswith(_TRAINING_STATE_SUFFIXES) or
-          name.startswith(_TRAINING_STATE_PREFIXES) or weight_averages.is_average(name))
+          name.startswith(_TRAINING_STATE_PREFIXES) or weight_averages.is_average(name) or
+          weight_averages.is_record(name))
 
 
 def find_checkpoint(input_path):

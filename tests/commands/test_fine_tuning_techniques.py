@@ -127,7 +127,8 @@ def ema_run(demo_data, tmp_path_factory):
   result = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
                                      export_dir=export_base, random_seed=7))
   cli.assert_succeeded(result)
-  assert "weight averages with decay 0.5" in result.stderr
+  assert ("weight averages with decay 0.5, bias-corrected: each update moves them by "
+          "(1 - D) / (1 - D^t)") in result.stderr
   texts = [text for _, text in demo_data.test]
   probabilities = np.array([[float(p) for p in line.split("\t")] for line in
                             read_lines(os.path.join(output_dir, "test_results.tsv"))])
@@ -174,6 +175,9 @@ def test_checkpoints_and_best_keep_the_weights_and_their_averages(ema_run):
   gap = np.abs(best.get_tensor("output_weights") -
                best.get_tensor("output_weights/ExponentialMovingAverage")).max()
   assert gap > 1e-3
+  # The rule, recorded beside them.
+  assert best.get_tensor(weight_averages.RECORDED_DECAY) == np.float32(EMA_DECAY)
+  assert best.get_tensor(weight_averages.RECORDED_CORRECTION) == 1.0
 
 
 def test_predictions_export_and_conversion_all_use_the_averages(ema_run, tmp_path):
@@ -210,6 +214,33 @@ def test_a_later_run_starts_from_the_averages(ema_run, demo_data, tmp_path):
   np.testing.assert_allclose(started.get_tensor("output_weights"), average, atol=1e-6)
 
 
+def test_an_output_dir_from_before_the_record_resumes_by_its_rule(ema_run, demo_data,
+                                                                   tmp_path):
+  """An output_dir whose averages have no record (written before the correction): a longer
+  run resumes it, says in one warning that its averages keep the old rule, and records
+  none."""
+  output_dir = str(tmp_path / "legacy")
+  shutil.copytree(ema_run[0], output_dir)
+  latest = tf.train.latest_checkpoint(output_dir)
+  reader = tf.train.load_checkpoint(latest)
+  old = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+         if not weight_averages.is_record(name)}
+  for path in glob.glob(latest + ".*"):
+    os.remove(path)
+  checkpoints.write_arrays(old, latest)
+  result = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
+                                     random_seed=7, do_eval=False, do_predict=False,
+                                     num_train_epochs=3))
+  cli.assert_succeeded(result)
+  assert ("was written before weight averages were bias-corrected: this run continues its "
+          "averages by that rule") in result.stderr
+  assert "weight averages with decay 0.5, not bias-corrected" in result.stderr
+  continued = tf.train.latest_checkpoint(output_dir)
+  assert continued != latest
+  assert not [name for name, _ in tf.train.list_variables(continued)
+              if weight_averages.is_record(name)]
+
+
 def directory_state(directory):
   return sorted((path, os.path.getmtime(path)) for path in
                 glob.glob(os.path.join(directory, "**"), recursive=True))
@@ -220,7 +251,13 @@ def test_resuming_with_another_choice_is_one_line_and_writes_nothing(ema_run, ru
       (ema_run[0], {}, ["was trained with --ema_decay and holds weight averages that this run "
                         "would drop"]),
       (runs["dirs"][1.0], {"ema_decay": 0.9},
-       ["--ema_decay=0.9: ", "was trained without it and has no weight averages to continue"])):
+       ["--ema_decay=0.9: ", "was trained without it and has no weight averages to continue"]),
+      (ema_run[0], {"ema_decay": 0.9},
+       ["--ema_decay=0.9: ", "kept its weight averages with --ema_decay=0.5, and their bias "
+        "correction holds for that D only"]),
+      (ema_run[0], {"ema_decay": EMA_DECAY, "ema_bias_correction": False},
+       ["--ema_bias_correction=false: ",
+        "kept its weight averages with --ema_bias_correction=true"])):
     before = directory_state(output_dir)
     result = run_classifier(base_flags(demo_data, output_dir, **extra))
     cli.assert_one_line_error(result, *message)

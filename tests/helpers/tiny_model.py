@@ -99,10 +99,13 @@ def batch_placeholders(batch):
 
 
 def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1,
-                layerwise_lr_decay=1.0, ema_decay=0.0, attack=None):
+                layerwise_lr_decay=1.0, ema_decay=0.0, attack=None,
+                ema_rule=weight_averages.BIAS_CORRECTED, weights_after_each=None):
   """Builds the training graph of `plan` and applies one update per batch (with
   accumulation: the batch split into micro-batches). `optimizer` is one of OPTIMIZERS.
-  With ema_decay, the weight averages start from the initial values, as in a run.
+  With ema_decay, the weight averages start from the initial values, as in a run, and
+  follow ema_rule. A list given as weights_after_each receives the trainable weights (as
+  `final` below) after each update.
 
   Returns:
     (initial, final, all_values, global_step): initial and final map the plain names of the
@@ -118,7 +121,7 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
                                   accumulation_steps=accumulation_steps,
                                   adam_bias_correction=corrected,
                                   layerwise_lr_decay=layerwise_lr_decay,
-                                  ema_decay=ema_decay, attack=attack)
+                                  ema_decay=ema_decay, ema_rule=ema_rule, attack=attack)
     start_averages = weight_averages.build_start()
     sync = multigpu.build_start_sync(plan)
     trainable = set(v.op.name for v in tf.trainable_variables())
@@ -141,6 +144,8 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
           sess.run(ops.train_op)
         else:
           sess.run(ops.train_op, {placeholders[k]: v for k, v in batch.items()})
+        if weights_after_each is not None:
+          weights_after_each.append(dict(zip(initial, sess.run(saved))))
       final = dict(zip(initial, sess.run(saved)))
       everything = tf.global_variables()
       replica_values = dict(zip([v.op.name for v in everything], sess.run(everything)))

@@ -34,7 +34,35 @@ def averages_of(values):
           if name.endswith(weight_averages.SUFFIX) and not name.startswith("replica_")}
 
 
-def test_the_average_follows_numpy_after_each_update():
+FROM_START = weight_averages.Rule(bias_correction=False, recorded=True)
+
+
+def corrected_average(weights, decay):
+  """bert4keras's bias-corrected average after len(weights) updates, in its closed form:
+  sum_i (1 - D) D^(t-i) w_i / (1 - D^t), the weights after each update (float64)."""
+  t = len(weights)
+  total = sum((1 - decay) * decay ** (t - i) * np.asarray(w, np.float64)
+              for i, w in enumerate(weights, 1))
+  return total / (1 - decay ** t)
+
+
+def from_start_average(initial, weights, decay):
+  """The rule without the correction: D^t of the start weights stays in (float64)."""
+  average = np.asarray(initial, np.float64)
+  for w in weights:
+    average = decay * average + (1 - decay) * np.asarray(w, np.float64)
+  return average
+
+
+def expected_average(rule, initial, weights, decay):
+  if rule.bias_correction:
+    return corrected_average(weights, decay)
+  return from_start_average(initial, weights, decay)
+
+
+@pytest.mark.parametrize("rule", [weight_averages.BIAS_CORRECTED, FROM_START],
+                         ids=["bias_corrected", "from_start"])
+def test_the_average_follows_numpy_after_each_update(rule):
   rng = np.random.RandomState(21)
   batches = [random_batch(rng, 8) for _ in range(3)]
   plan = cpu_plan(1)
@@ -42,7 +70,7 @@ def test_the_average_follows_numpy_after_each_update():
     tf.set_random_seed(1)
     placeholders = batch_placeholders(batches[0])
     ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
-                                  ema_decay=DECAY)
+                                  ema_decay=DECAY, ema_rule=rule)
     start = weight_averages.build_start()
     trained = tf.trainable_variables()
     shadows = [weight_averages.shadow_of(v) for v in trained]
@@ -51,30 +79,64 @@ def test_the_average_follows_numpy_after_each_update():
     with tf.Session(config=plan.session_config()) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(start)
-      expected = sess.run(trained)
-      np.testing.assert_array_equal(sess.run(shadows)[0], expected[0])
-      for batch in batches:
+      initial = sess.run(trained)
+      np.testing.assert_array_equal(sess.run(shadows)[0], initial[0])
+      history = []
+      for t, batch in enumerate(batches, 1):
         sess.run(ops.train_op, {placeholders[k]: v for k, v in batch.items()})
-        weights = sess.run(trained)
-        expected = [DECAY * s + (1 - DECAY) * w for s, w in zip(expected, weights)]
+        history.append(sess.run(trained))
         got = sess.run(shadows)
-        for variable, want, have, weight in zip(trained, expected, got, weights):
-          np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-7, err_msg=variable.op.name)
-      # After three steps the average is not the weights.
+        if t == 1 and rule.bias_correction:  # r_1 = 1: the first update's weights, exactly
+          for variable, have, weight in zip(trained, got, history[0]):
+            np.testing.assert_array_equal(have, weight, err_msg=variable.op.name)
+        for j, (variable, have) in enumerate(zip(trained, got)):
+          want = expected_average(rule, initial[j], [w[j] for w in history], DECAY)
+          np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-7,
+                                     err_msg="%s, update %d" % (variable.op.name, t))
+      # After three steps the average is neither the weights nor the other rule's.
+      weights = history[-1]
       assert max(np.abs(w - s).max() for w, s in zip(weights, got)) > 1e-3
+      other = weight_averages.Rule(not rule.bias_correction, True)
+      assert max(np.abs(expected_average(other, initial[j], [w[j] for w in history], DECAY) -
+                        got[j]).max() for j in range(len(trained))) > 1e-3
+
+
+def test_the_recurrence_is_bert4keras_corrected_average():
+  """move_rate's r_t applied step by step gives the closed form (independent arithmetic),
+  and r_t falls to 1 - D."""
+  rng = np.random.RandomState(4)
+  weights = [rng.randn(3) for _ in range(6)]
+  with tf.Graph().as_default():
+    step = tf.placeholder(tf.int64, [])
+    rate = weight_averages.move_rate(0.9, step, bias_correction=True)
+    with tf.Session() as sess:
+      rates = [sess.run(rate, {step: t - 1}) for t in range(1, 7)] + [
+          sess.run(rate, {step: 10 ** 6})]
+  assert rates[0] == 1.0
+  np.testing.assert_allclose(rates[-1], 0.1, rtol=1e-12)
+  average = np.zeros(3)
+  for t, w in enumerate(weights, 1):
+    average = average * (1 - rates[t - 1]) + w * rates[t - 1]
+    np.testing.assert_allclose(average, corrected_average(weights[:t], 0.9), rtol=1e-12)
 
 
 def test_towers_accumulation_and_replicas_give_one_devices_step_with_both_techniques():
   """--ema_decay and --layerwise_lr_decay together (dropout off): 2 towers, 2 accumulated
-  micro-batches and 2 replicas give one device's weights and averages."""
+  micro-batches and 2 replicas give one device's weights and averages, and one device's
+  averages are the bias-corrected average of its weights after each update."""
   rng = np.random.RandomState(23)
   batches = [random_batch(rng, 8) for _ in range(2)]
   both = dict(layerwise_lr_decay=0.5, ema_decay=DECAY)
-  initial, one_device_weights, values, _ = train_steps(cpu_plan(1), batches, "adamw", **both)
+  history = []
+  initial, one_device_weights, values, _ = train_steps(cpu_plan(1), batches, "adamw",
+                                                       weights_after_each=history, **both)
   one_device = averages_of(values)
   assert sorted(one_device) == sorted(initial)
+  for name, value in one_device.items():
+    np.testing.assert_allclose(value, corrected_average([w[name] for w in history], DECAY),
+                               rtol=1e-5, atol=1e-7, err_msg=name)
   for plan, accumulation in ((cpu_plan(2), 1), (cpu_plan(2), 2),
-                             (REPLICATED, 1)):
+                             (REPLICATED, 1), (REPLICATED, 2)):
     _, weights, values, _ = train_steps(plan, batches, "adamw", initial, accumulation, **both)
     assert relative_update_difference(initial, one_device_weights, weights) <= 1e-5
     towers = averages_of(values)
@@ -85,16 +147,22 @@ def test_towers_accumulation_and_replicas_give_one_devices_step_with_both_techni
         np.testing.assert_allclose(
             values[multigpu.replica_variable_name(weight_averages.average_name(name), 1)],
             value, rtol=1e-6, atol=1e-7, err_msg=name)
+    # One record of the rule, whatever the replicas.
+    assert values[weight_averages.RECORDED_DECAY] == np.float32(DECAY)
+    assert values[weight_averages.RECORDED_CORRECTION] == 1.0
   # The comparison can fail: without layer-wise rates the average moves otherwise.
   _, _, values, _ = train_steps(cpu_plan(1), batches, "adamw", initial, ema_decay=DECAY)
   assert relative_update_difference(initial, one_device, averages_of(values)) > 1e-2
 
 
-def test_a_skipped_update_leaves_the_average_exactly():
+def test_a_skipped_update_leaves_the_average_and_its_step_count_exactly():
+  """A skipped update moves nothing; the next applied one is t = global_step + 1 (the
+  skip did not count): r_1 = 1 takes the weights, then r_2 = 0.1 / 0.19."""
   with tf.Graph().as_default():
     weight = tf.get_variable("w", initializer=tf.constant([1.0, -2.0]), use_resource=True)
+    global_step = tf.train.get_or_create_global_step()
     applied = tf.placeholder(tf.bool, [])
-    move = weight_averages.build_update([weight], 0.9, applied)
+    move = weight_averages.build_update([weight], 0.9, global_step, applied)
     start = weight_averages.build_start()
     shadow = weight_averages.shadow_of(weight)
     with tf.Session() as sess:
@@ -104,12 +172,17 @@ def test_a_skipped_update_leaves_the_average_exactly():
       sess.run(move, {applied: False})
       np.testing.assert_array_equal(sess.run(shadow), [1.0, -2.0])
       sess.run(move, {applied: True})
-      np.testing.assert_allclose(sess.run(shadow), [1.2, -1.75], rtol=1e-6)
+      np.testing.assert_array_equal(sess.run(shadow), [3.0, 0.5])
+      sess.run([weight.assign([5.0, 1.5]), global_step.assign(1)])
+      sess.run(move, {applied: True})
+      rate = 0.1 / 0.19
+      np.testing.assert_allclose(sess.run(shadow), [3.0 + 2.0 * rate, 0.5 + rate], rtol=1e-6)
 
 
-def test_an_fp16_update_that_overflows_moves_no_average():
+def test_an_fp16_update_that_overflows_moves_no_average_nor_counts():
   """A good step (the averages now differ from the weights), then one whose loss is
-  infinite: loss scaling skips it, and the averages keep their bits."""
+  infinite: loss scaling skips it, and the averages keep their bits; the next good step
+  moves them as update t = 2."""
   batch = random_batch(np.random.RandomState(3), 8)
   plan = cpu_plan(1)
   with tf.Graph().as_default():
@@ -131,13 +204,19 @@ def test_an_fp16_update_that_overflows_moves_no_average():
     with tf.Session(config=plan.session_config()) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(start)
+      initial = sess.run(trained)
       sess.run(ops.train_op)
       weights, averages = sess.run([trained, shadows])
-      assert max(np.abs(w - a).max() for w, a in zip(weights, averages)) > 1e-4
+      assert max(np.abs(w - a).max() for w, a in zip(initial, averages)) > 1e-4
       _, norm = sess.run([ops.train_op, ops.global_norm], {loss_factor: np.inf})
       assert not np.isfinite(norm) and sess.run(ops.global_step) == 1
       for variable, before, after in zip(trained, averages, sess.run(shadows)):
         np.testing.assert_array_equal(after, before, err_msg=variable.op.name)
+      sess.run(ops.train_op)
+      later = sess.run(trained)
+      for j, (variable, have) in enumerate(zip(trained, sess.run(shadows))):
+        np.testing.assert_allclose(have, corrected_average([weights[j], later[j]], DECAY),
+                                   rtol=1e-5, atol=1e-7, err_msg=variable.op.name)
 
 
 # ---------------------------------------------------------------------------
@@ -192,17 +271,51 @@ def test_a_checkpoint_without_averages_is_read_as_it_is(tmp_path):
       "output_bias": "output_bias"}
 
 
+def recorded_checkpoint(directory, decay, correction):
+  return checkpoints.write_arrays({
+      "output_bias": np.array([3.0], np.float32),
+      "output_bias/ExponentialMovingAverage": np.array([2.0], np.float32),
+      weight_averages.RECORDED_DECAY: np.array(decay, np.float32),
+      weight_averages.RECORDED_CORRECTION: np.array(correction, np.float32)},
+                                 str(directory / "model.ckpt"))
+
+
 def test_resuming_needs_the_same_choice(averaged_checkpoint, tmp_path):
   plain = checkpoints.write_arrays({"output_bias": np.array([3.0], np.float32)},
                                    str(tmp_path / "plain" / "model.ckpt"))
-  weight_averages.check_resume(averaged_checkpoint, 0.99)
-  weight_averages.check_resume(plain, 0.0)
+  assert weight_averages.check_resume(plain, 0.0) == weight_averages.BIAS_CORRECTED
   with pytest.raises(UsageError, match=r"--ema_decay=0.99: .*plain/model.ckpt was trained "
                      r"without it and has no weight averages to continue"):
     weight_averages.check_resume(plain, 0.99)
   with pytest.raises(UsageError, match=r"ema/model.ckpt was trained with --ema_decay and holds "
                      r"weight averages that this run would drop"):
     weight_averages.check_resume(averaged_checkpoint, 0.0)
+
+
+def test_a_checkpoint_from_before_the_record_continues_by_its_rule(averaged_checkpoint):
+  """Averages with no record were kept by the rule before the correction: a resume
+  continues by it, without a record (whatever D and --ema_bias_correction say)."""
+  legacy = weight_averages.Rule(bias_correction=False, recorded=False)
+  assert weight_averages.check_resume(averaged_checkpoint, 0.99) == legacy
+  assert weight_averages.check_resume(averaged_checkpoint, 0.5, False) == legacy
+
+
+def test_a_resume_keeps_the_recorded_decay_and_rule(tmp_path):
+  corrected = recorded_checkpoint(tmp_path / "corrected", 0.999, 1.0)
+  from_start = recorded_checkpoint(tmp_path / "from_start", 0.99, 0.0)
+  assert weight_averages.check_resume(corrected, 0.999) == weight_averages.BIAS_CORRECTED
+  assert weight_averages.check_resume(from_start, 0.99, False) == FROM_START
+  with pytest.raises(UsageError, match=r"^--ema_decay=0.99: .*corrected/model.ckpt kept its "
+                     r"weight averages with --ema_decay=0.999, and their bias correction holds "
+                     r"for that D only. Resume with --ema_decay=0.999, or train into a new "
+                     r"--output_dir.$"):
+    weight_averages.check_resume(corrected, 0.99)
+  with pytest.raises(UsageError, match=r"^--ema_bias_correction=false: .*corrected/model.ckpt "
+                     r"kept its weight averages with --ema_bias_correction=true\. Resume"):
+    weight_averages.check_resume(corrected, 0.999, False)
+  with pytest.raises(UsageError, match=r"^--ema_bias_correction=true: .*from_start/model.ckpt "
+                     r"kept its weight averages with --ema_bias_correction=false\. Resume"):
+    weight_averages.check_resume(from_start, 0.99)
 
 
 @pytest.mark.parametrize("decay", [-0.1, 1.0, 1.5])
@@ -248,6 +361,41 @@ def test_a_resumed_run_continues_the_averages_bit_exactly(tmp_path):
   for name in a:
     np.testing.assert_array_equal(a[name], b[name], err_msg=name)
   assert np.abs(a["output_weights"] - a["output_weights/ExponentialMovingAverage"]).max() > 1e-3
+  assert a[weight_averages.RECORDED_DECAY] == np.float32(DECAY)
+  assert a[weight_averages.RECORDED_CORRECTION] == 1.0
+  # The resumed run counted on from t = 3: update 5 moved the averages by r_5.
+  four = all_values(os.path.join(resumed_dir, "model.ckpt-4"))
+  rate = (1 - DECAY) / (1 - DECAY ** 5)
+  for name in ("output_weights", "bert/pooler/dense/kernel"):
+    average = weight_averages.average_name(name)
+    np.testing.assert_allclose(b[average], four[average] * (1 - rate) + b[name] * rate,
+                               rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_a_checkpoint_from_before_the_record_resumes_by_its_rule(tmp_path):
+  """A run as before the correction (no record), stopped after step 2 of 5 and resumed with
+  the rule check_resume gives: bit for bit the straight run, still without a record."""
+  record_file = str(tmp_path / "train.tf_record")
+  write_records(record_file, random_batch(np.random.RandomState(2), 24))
+
+  def train(name, **rule):
+    return runner.train(run_config(tmp_path / name, 5, ema_decay=DECAY, **rule),
+                        classifier_model_fn(), train_dataset_fn(record_file, 8))
+
+  straight = all_values(train("straight", ema_bias_correction=False, ema_rule_recorded=False))
+  assert weight_averages.RECORDED_DECAY not in straight
+  resumed_dir = str(tmp_path / "resumed")
+  shutil.copytree(str(tmp_path / "straight"), resumed_dir)
+  for path in glob.glob(os.path.join(resumed_dir, "model.ckpt-[45]*")):
+    os.remove(path)
+  stopped = os.path.join(resumed_dir, "model.ckpt-2")
+  tf.train.update_checkpoint_state(resumed_dir, stopped)
+  bias_correction, recorded = weight_averages.check_resume(stopped, DECAY)
+  resumed = all_values(train("resumed", ema_bias_correction=bias_correction,
+                             ema_rule_recorded=recorded))
+  assert set(resumed) == set(straight)
+  for name in straight:
+    np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
 
 
 def test_dev_evaluation_in_the_training_session_sees_the_averages(tmp_path):
