@@ -80,8 +80,8 @@ def main(_):
       tf.logging.info("Written beside the model, which transformers does not read: %s.",
                       ", ".join(summary["beside"]))
     if summary["unused"]:
-      tf.logging.warning("Not converted (no place for them in %s): %s.",
-                         summary["architecture"], ", ".join(summary["unused"]))
+      tf.logging.info("Not converted (heads used only in training): %s.",
+                      ", ".join(summary["unused"]))
   else:
     summary = to_tensorflow.convert(
         FLAGS.input, FLAGS.output, FLAGS.keep_head,

@@ -626,10 +626,7 @@ def build_training(plan, model_fn, features, init_lr, num_train_steps, num_warmu
     layerwise_lr_decay: d < 1 scales each encoder layer's learning rate by d per layer
       below the head (bert_mgpu/training/layerwise_lr.py); 1.0: one rate.
     ema_decay: D > 0 keeps, per replica, an exponential moving average of each trained
-      variable, moved after each applied update (bert_mgpu/training/weight_averages.py);
-      0: none.
-    ema_rule: the averages' weight_averages.Rule: bias-corrected (the default), or not,
-      and whether the graph records it.
+      variable, moved after each applied update by ema_rule (weight_averages.py); 0: none.
     attack: an adversarial.Attack (--adversarial): the gradient of each (micro-)batch adds
       that of its adversarial pass, the perturbation taken from the global (micro-)batch's
       gradient; None: none. With accumulation, each micro-batch is attacked on its own.

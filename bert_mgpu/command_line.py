@@ -121,6 +121,10 @@ def define_shared_flags(names, training=True, **defaults):
   flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep in output_dir (0: all).")
   flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches whose gradients are averaged "
                        "into one update.")
+  flags.DEFINE_bool("allow_changed_training_flags", False, "Resume an output_dir with flags "
+                    "that change how it trains (learning rate, batch, techniques...: its "
+                    "training_flags.json); each change is logged and the new values are "
+                    "recorded. Without it such a resume is refused (docs/TRAINING.md).")
 
 def define_device_flags(training=False):
   """Defines the flags of run_settings.DeviceSettings: towers, precision, XLA, padding
@@ -191,6 +195,40 @@ def device_settings(training=False, flag_values=None):
   return run_settings.DeviceSettings(cluster=workers, **fields)
 
 
+# The flags whose values decide a run's updates or the order of its data: its first run
+# records them in output_dir, and a resume that changes one is refused
+# (bert_mgpu/training/training_flags.py). Each script records those it defines. Not here:
+# how long to train (the end step is recorded apart), the cadences, devices that change no
+# arithmetic (--variable_update, XLA), paths of data a user may move (--unlabeled_file), the
+# start (--init_checkpoint, --initializer), which a resume does not read, and --teacher_dir,
+# whose checkpoint distillation identifies by its contents (teacher.check_resumed_student).
+TRAINING_FLAGS = (
+    # The optimizer, its corrections, the schedule, precision (and so loss scaling).
+    "optimizer", "adam_bias_correction", "learning_rate", "warmup_proportion",
+    "num_warmup_steps", "precision",
+    # The fine-tuning techniques.
+    "ema_decay", "ema_bias_correction", "layerwise_lr_decay", "adversarial",
+    "adversarial_epsilon", "adversarial_alpha", "adversarial_steps", "rdrop_alpha",
+    "distill_temperature", "distill_alpha", "init_from_teacher_layers",
+    # The batch and the data order (the workers are recorded by count).
+    "train_batch_size", "n_gpus", "towers_per_gpu", "accumulation_steps", "group_by_length",
+    "group_by_length_within_label", "random_seed", "max_seq_length",
+    # The tasks' data settings.
+    "task_name", "do_lower_case", "literal_special_tokens", "multi_label", "label_separator",
+    "long_text", "head_tokens", "doc_stride", "max_windows", "window_pooling", "data_format",
+    "ner_head", "use_crf", "max_query_length", "version_2_with_negative",
+    "max_predictions_per_seq",
+)
+def training_flags(flag_values=None):
+  """The TRAINING_FLAGS the script defines, by name, with their values (JSON types)."""
+  flag_values = FLAGS if flag_values is None else flag_values
+  values = collections.OrderedDict()
+  for name in TRAINING_FLAGS:
+    if name in flag_values:
+      values[name] = getattr(flag_values, name)
+  return values
+
+
 def job_settings(flag_values=None):
   """The run_settings.JobSettings of the flags a run script defines (the others keep their
   defaults). Not yet checked: make_run_config() makes the device check."""
@@ -200,6 +238,8 @@ def job_settings(flag_values=None):
       "num_train_epochs", "warmup_proportion", "num_train_steps", "num_warmup_steps"]
             if name in flag_values}
   fields["attack"] = attack(flag_values)
+  if do_train:
+    fields["training_flags"] = training_flags(flag_values)
   return run_settings.JobSettings(flag_value(flag_values, "output_dir"), do_train,
                                   device_settings(do_train, flag_values), **fields)
 

@@ -31,7 +31,10 @@ import multigpu
 # collectives pair up wrongly and wait forever).
 _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_steps",
                     "train_batch_size", "num_towers", "micro_batch_size", "random_seed",
-                    "adversarial_passes", "ema_bias_correction", "ema_rule_recorded")
+                    "adversarial_passes", "ema_bias_correction", "ema_rule_recorded",
+                    "training_flags_digest")
+# How the check names a setting that is no count (default: its name and both values).
+_SETTING_DESCRIPTIONS = {"training_flags_digest": "the training flags (training_flags.json)"}
 
 # Training sessions that must not be closed (nor garbage-collected, which closes them).
 _SESSIONS_LEFT_OPEN = []
@@ -142,10 +145,16 @@ class Peers(object):
     chief, counts = self.run(sess, [chief_values, differing], {values: mine})
     for name, own, chiefs, count in zip(_WORKER_SETTINGS, mine, chief, counts):
       if count:
-        where = ("the chief has %d, this worker %d" % (chiefs, own) if own != chiefs else
-                 "the chief has %d, %d other worker(s) differ" % (chiefs, count))
-        raise UsageError("the workers disagree on %s (%s): start every worker with the same "
-                         "flags, --n_gpus and data." % (name, where))
+        if name in _SETTING_DESCRIPTIONS:
+          what = "%s (%s)" % (_SETTING_DESCRIPTIONS[name], "this worker's differ from the "
+                              "chief's" if own != chiefs else "%d other worker(s) differ"
+                              % count)
+        else:
+          what = "%s (%s)" % (name, "the chief has %d, this worker %d" % (chiefs, own)
+                              if own != chiefs else
+                              "the chief has %d, %d other worker(s) differ" % (chiefs, count))
+        raise UsageError("the workers disagree on %s: start every worker with the same flags, "
+                         "--n_gpus and data." % what)
 
   def sync_start(self, sess):
     """Every replica of every worker takes the chief's variables (after the chief has

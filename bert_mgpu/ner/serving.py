@@ -111,11 +111,19 @@ class WindowPredictor(kinds.TextPredictor):
     self.doc_stride = model.files.settings["doc_stride"]
 
   def featurize(self, texts_a, texts_b=None):
-    """NerFeatures of raw texts (each line one sentence, each character one token)."""
+    """NerFeatures of raw texts (each line one sentence, each character one token).
+
+    Raises:
+      model_inputs.NoTokensError: a text without tokens (only spaces, control or invisible
+        characters), as the classifier refuses it.
+    """
     del texts_b  # the kind takes no pairs
     sentences = sentences_of_texts(texts_a)
     featurized = featurizing.featurize_sentences(sentences, self.model.tokenizer, self.labels,
                                                  self.max_seq_length, self.doc_stride)
+    for row, (aligned, _) in enumerate(featurized):
+      if not aligned.pieces:
+        raise model_inputs.NoTokensError(row, "a")
     windows = [window for _, windows in featurized for window in windows]
     arrays = {name: np.array([getattr(w, field) for w in windows],
                              np.int32).reshape([len(windows), self.max_seq_length])

@@ -48,6 +48,7 @@ from bert_mgpu.serving import predictor
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
+from bert_mgpu.training import training_flags
 from bert_mgpu.training import weight_averages
 
 
@@ -166,22 +167,37 @@ def record_file_inference(config, model_fn, record_files, spec, do_eval, do_pred
 
 
 def _check_resume(config):
-  """Refuses to resume a checkpoint whose weight averages --ema_decay does not match, and
-  sets the rule the averages follow (a resumed run keeps its checkpoint's).
+  """Refuses a resume that would change how the run trains, before anything is written.
 
-  Every worker that sees output_dir's checkpoint decides alike; one that does not (another
-  machine) takes the flags' rule, and the workers' settings check refuses a difference.
+  The weight averages: refused when --ema_decay does not match the checkpoint's, and the
+  rule they follow is set (a resumed run keeps its checkpoint's). Every worker that sees
+  output_dir's checkpoint decides alike; one that does not (another machine) takes the
+  flags' rule, and the workers' settings check refuses a difference.
+  The training flags (the chief, which holds their record; the workers' settings check
+  compares the others' with its own): refused when they differ from the record, unless
+  allowed.
+
+  Returns:
+    What to log once output_dir is claimed, before the record is written.
   """
   latest = checkpoints.latest_checkpoint(config.output_dir)
-  if not latest:
-    return
-  rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction)
-  config.ema_bias_correction, config.ema_rule_recorded = rule
-  if config.ema_decay > 0 and not rule.recorded:
-    tf.logging.warning(
-        "%s was written before weight averages were bias-corrected: this run continues its "
-        "averages by that rule (from the start weights, moved by 1 - D). A new run corrects "
-        "them (docs/TRAINING.md).", latest)
+  if latest:
+    rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction)
+    config.ema_bias_correction, config.ema_rule_recorded = rule
+    if config.ema_decay > 0 and not rule.recorded:
+      tf.logging.warning(
+          "%s was written before weight averages were bias-corrected: this run continues "
+          "its averages by that rule (from the start weights, moved by 1 - D). A new run "
+          "corrects them (docs/TRAINING.md).", latest)
+  return training_flags.check_resume(config, latest) if config.is_chief else []
+
+
+def _record_training_flags(config, messages):
+  """Logs what the resume check found and records the run's training flags (the chief,
+  once output_dir is claimed)."""
+  for level, message in messages:
+    getattr(tf.logging, level)(message)
+  training_flags.write_record(config.output_dir, training_flags.record_of(config))
 
 
 def run_job(task, export_dir=None):
@@ -197,10 +213,11 @@ def run_job(task, export_dir=None):
   with task.featurizing_processes(run_settings.planned_cache_dir(job_settings)):
     config = run_settings.make_run_config(job_settings, num_train_examples, example_noun)
     if job_settings.do_train:
-      _check_resume(config)
+      resume_messages = _check_resume(config)
     task.check_start(config)
     output_files.claim_output_dir(config)
     if job_settings.do_train and config.is_chief:
+      _record_training_flags(config, resume_messages)
       task.write_model_files()
     task.featurize(config)
   model_fn = task.make_model_fn()

@@ -22,6 +22,7 @@ import tempfile
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.errors import UsageError
+from bert_mgpu.training import training_flags
 from bert_mgpu.training import weight_averages
 import multigpu
 
@@ -174,6 +175,9 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("save_checkpoints_steps", 1000), ("keep_checkpoint_max", 5), ("log_steps", 100),
     ("random_seed", None), ("group_by_length", False),  # group_by_length: training batches
     ("worker_timeout_secs", 60), ("worker_startup_timeout_secs", 600),
+    # The values of the flags a resume must not change (command_line.training_flags), and
+    # whether this run may change them (training_flags.py).
+    ("training_flags", None), ("allow_changed_training_flags", False),
 ])
 
 
@@ -273,6 +277,11 @@ class RunConfig(object):
                 adam_bias_correction=self.adam_bias_correction,
                 layerwise_lr_decay=self.layerwise_lr_decay, ema_decay=self.ema_decay,
                 ema_rule=self.ema_rule, attack=self.attack)
+
+  @property
+  def training_flags_digest(self):
+    """training_flags as one integer, for the workers' settings check."""
+    return training_flags.digest(self.training_flags)
 
   @property
   def ema_rule(self):

@@ -50,6 +50,18 @@ PRETRAINING_KINDS = ("pretraining", "masked_lm", "encoder")
 FINE_TUNED_KINDS = ("classifier", "ner", "squad")
 
 
+# Variable-name prefixes of heads that a task trains with but never predicts with (say, a
+# classifier that only shapes an encoder's training): conversion leaves them out, listed in
+# its summary, instead of refusing the model as it refuses any other variable that no
+# transformers class receives. A unit adds its own here with the doc that says so.
+TRAINING_ONLY_PREFIXES = ()
+
+
+def is_training_only(name):
+  """Whether checkpoint variable `name` belongs to a head used only in training."""
+  return name.startswith(TRAINING_ONLY_PREFIXES)
+
+
 def detect(variable_names):
   """The first Head of HEADS whose variables are all among `variable_names`."""
   names = set(variable_names)

@@ -181,12 +181,6 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
                             "bert_config_file")
   bert_config = model_config.read_json(config_path)
   _check_body(arrays, bert_config, source.checkpoint)
-  if global_pointer.SPAN_WEIGHTS in arrays:
-    # Converting the body alone would lose the head without a word; refusing says so.
-    raise UsageError("%s has a span head (--ner_head=global_pointer or "
-                     "efficient_global_pointer), for which transformers has no class: it is not "
-                     "converted. Serve it from its output_dir or an export (docs/NER.md)."
-                     % source.checkpoint)
   head = heads.detect(arrays)
   vocab = model_config.read_vocab_lines(
       _model_file(source.directory, model_files.VOCAB_FILE, vocab_file, "vocab_file"))
@@ -202,6 +196,9 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
     labels = _labels(source.directory, head, len(arrays[heads.output_layer(head)[1]]))
   weights, unused = _weights(arrays, head)
   unused = [name for name in unused if name != ner_model.CRF_TRANSITIONS]
+  training_only = [name for name in unused if heads.is_training_only(name)]
+  _check_nothing_lost([name for name in unused if name not in training_only], head,
+                      source.checkpoint)
   beside = _beside_files(source, head, arrays, labels)
   config = model_config.transformers_config(
       bert_config, head.architecture, labels, head.kind == "multi_label",
@@ -222,7 +219,24 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
   output_files.replace_directory(os.path.abspath(output_dir), fill)
   return {"architecture": head.architecture, "checkpoint": source.checkpoint,
           "why": source.why, "files": sorted(texts) + [weight_files.SAFETENSORS_FILE],
-          "beside": sorted(beside), "unused": sorted(unused), "weights": len(weights)}
+          "beside": sorted(beside), "unused": sorted(training_only), "weights": len(weights)}
+
+
+def _check_nothing_lost(lost, head, checkpoint):
+  """Refuses a model whose trained variables `lost` no transformers class receives:
+  converting the rest would drop part of the model without a word."""
+  if not lost:
+    return
+  if global_pointer.SPAN_WEIGHTS in lost:
+    raise UsageError("%s has a span head (--ner_head=global_pointer or "
+                     "efficient_global_pointer), for which transformers has no class: it is not "
+                     "converted. Serve it from its output_dir or an export (docs/NER.md)."
+                     % checkpoint)
+  shown = ", ".join(sorted(lost)[:5]) + (" and %d more" % (len(lost) - 5) if len(lost) > 5
+                                          else "")
+  raise UsageError("%s has variables that %s does not receive (%s): the model would lose "
+                   "them, so it is not converted. Serve it from its output_dir or an export "
+                   "(docs/SERVING.md)." % (checkpoint, head.architecture, shown))
 
 
 def check_output_dir(output_dir):

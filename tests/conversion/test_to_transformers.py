@@ -7,8 +7,10 @@ transformers itself is not installed here: the expected names and fields are wri
 its documented naming, and the weight files are read with the real safetensors package.
 """
 
+import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -24,6 +26,9 @@ from bert_mgpu.classifier import model as classifier_model
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.pretraining import model as pretraining_model
 from bert_mgpu.squad import model as squad_model
+from bert_mgpu.training import checkpoints
+from bert_mgpu.training import weight_averages
+from bert_mgpu.transformers_format import heads
 from bert_mgpu.transformers_format import to_transformers
 from usage_errors import assert_usage_error
 
@@ -438,3 +443,46 @@ def test_transformers_directory_given_to_the_wrong_direction(exported, tmp_path)
   output_dir = str(tmp_path / "again")
   assert_refused(output_dir, lambda: to_transformers.convert(hf_dir, output_dir),
                  "transformers' format already", "--to=tensorflow")
+
+
+def with_extra_variables(model, directory, extra):
+  """A copy of `model`'s output_dir whose checkpoint also holds the arrays `extra`."""
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model.directory))
+  saved = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+  saved.update(extra)
+  shutil.copytree(model.directory, directory)
+  for path in glob.glob(os.path.join(directory, "model.ckpt-*")):
+    os.remove(path)
+  checkpoints.write_arrays(saved, os.path.join(directory, "model.ckpt-%d" %
+                                               conversion_models.STEP))
+  return directory
+
+
+def test_a_head_no_transformers_class_receives_is_refused(classifier, tmp_path):
+  """A head conversion does not know (a new task's, defined here) would be dropped while the
+  body converts: refused in one line naming its variables."""
+  source = with_extra_variables(classifier, str(tmp_path / "new_head"), {
+      "cls/new_head/dense/kernel": np.ones([4, 3], np.float32),
+      "cls/new_head/dense/bias": np.zeros([3], np.float32)})
+  output_dir = str(tmp_path / "hf")
+  assert_refused(output_dir, lambda: to_transformers.convert(source, output_dir),
+                 "has variables that BertForSequenceClassification does not receive "
+                 "(cls/new_head/dense/bias, cls/new_head/dense/kernel)",
+                 "the model would lose them", "Serve it from its output_dir or an export")
+
+
+def test_training_state_and_training_only_heads_are_left_out(classifier, tmp_path,
+                                                             monkeypatch):
+  """Optimizer slots, accumulators, loss scaling, the averages' record and a head its unit
+  declares as used only in training convert to nothing, and nothing is refused."""
+  monkeypatch.setattr(heads, "TRAINING_ONLY_PREFIXES", ("cls/new_head/",))
+  source = with_extra_variables(classifier, str(tmp_path / "training_only"), {
+      "cls/new_head/dense/kernel": np.ones([4, 3], np.float32),
+      "output_bias/accumulated_grad": np.zeros([len(conversion_models.LABELS)], np.float32),
+      "loss_scaling/scale": np.array(2.0, np.float32),
+      weight_averages.RECORDED_DECAY: np.array(0.999, np.float32),
+      weight_averages.RECORDED_CORRECTION: np.array(1.0, np.float32)})
+  summary = to_transformers.convert(source, str(tmp_path / "hf"))
+  assert summary["unused"] == ["cls/new_head/dense/kernel"]
+  arrays = safetensors_numpy.load_file(str(tmp_path / "hf" / "model.safetensors"))
+  assert len(arrays) == summary["weights"] == len(EXPECTED_KEYS["classifier"])

@@ -170,20 +170,26 @@ def test_worker_flag_errors_are_one_line(setup, tmp_path):
   assert not os.path.exists(str(tmp_path / "o"))
 
 
-def test_workers_with_different_flags_stop_with_one_line_instead_of_hanging(setup, tmp_path):
+@pytest.mark.parametrize("flag, values, setting, details", [
+    ("save_checkpoints_steps", (4, 5), "save_checkpoints_steps",
+     ["the chief has 4, 1 other worker(s) differ", "the chief has 4, this worker 5"]),
+    # A recorded training flag (training_flags.json): compared by its digest.
+    ("learning_rate", (5e-3, 4e-3), "the training flags (training_flags.json)",
+     ["1 other worker(s) differ", "this worker's differ from the chief's"])])
+def test_workers_with_different_flags_stop_with_one_line_instead_of_hanging(
+    setup, tmp_path, flag, values, setting, details):
   hosts = ["127.0.0.1:%d" % p for p in free_ports(2)]
   runs = []
   with contextlib.ExitStack() as stack:
-    for index, steps in enumerate((4, 5)):
+    for index, value in enumerate(values):
       flags = worker_flags(setup, str(tmp_path / ("w%d" % index)), hosts, index,
-                           save_checkpoints_steps=steps)
+                           **{flag: value})
       runs.append(stack.enter_context(cli.RunningScript(
           "run_classifier_mgpu.py", flag_list(flags), str(tmp_path / ("w%d.log" % index)))))
     codes = [run.wait() for run in runs]
-  expected = ["the chief has 4, 1 other worker(s) differ", "the chief has 4, this worker 5"]
-  for run, code, detail in zip(runs, codes, expected):
+  for run, code, detail in zip(runs, codes, details):
     assert_one_line_error(run.outcome(code),
-                          "the workers disagree on save_checkpoints_steps (" + detail)
+                          "the workers disagree on %s (%s)" % (setting, detail))
 
 
 def test_the_local_try_out_script_runs_two_workers(tmp_path):

@@ -201,6 +201,10 @@ def test_serve_answers_entities(trained, tmp_path):
     status, reply = request(url + "/predict", json.dumps(
         {"texts": ["北京"], "texts_b": ["上海"]}).encode("utf-8"))
     assert status == 400 and "texts_b" in reply["error"]
+    status, reply = request(url + "/predict", json.dumps(
+        {"texts": ["北京", "\u200b \u0001"]}).encode("utf-8"))
+    assert status == 400 and reply["error"] == (
+        "texts[1] has no tokens (only spaces, control or invisible characters): send a text")
     assert request(url + "/labels")[1]["labels"][0] == "O"
     running.signal(15)
     assert running.wait() == 0
@@ -244,3 +248,15 @@ def test_text_b_on_an_ner_model_is_one_line(trained, tmp_path):
   result = cli.run_script("predict_text.py", ["--export_dir=" + trained["export_dir"],
                                               "--input_file=" + str(pairs), "--text_b"])
   cli.assert_one_line_error(result, "NER model", "--text_b")
+
+
+def test_a_text_without_tokens_is_one_line_naming_it(trained, tmp_path):
+  """As for the classifier: no entities is not an answer to a text with nothing in it."""
+  texts = tmp_path / "texts.txt"
+  texts.write_text("北京\n\u200b\u0001\n上海\n", encoding="utf-8")
+  output_file = tmp_path / "out.jsonl"
+  result = cli.run_script("predict_text.py", ["--export_dir=" + trained["export_dir"],
+                                              "--input_file=" + str(texts),
+                                              "--output_file=" + str(output_file)])
+  cli.assert_one_line_error(result, "%s line 2: the line has no tokens" % texts)
+  assert not output_file.exists()

@@ -88,6 +88,10 @@ def run(monkeypatch, do_train=True, is_chief=True, export_dir=None):
   monkeypatch.setattr(job.output_files, "claim_output_dir",
                       lambda config: calls.append("claim_output_dir"))
   monkeypatch.setattr(runner, "train", train)
+  monkeypatch.setattr(job, "_check_resume",
+                      lambda config: calls.append("resume check") or ["a message"])
+  monkeypatch.setattr(job, "_record_training_flags",
+                      lambda config, messages: calls.append("record %s" % messages))
   job_settings = run_settings.JobSettings("out", do_train=do_train)
   job.run_job(RecordingTask(job_settings, calls), export_dir)
   return calls
@@ -97,7 +101,8 @@ def test_a_chief_that_trains_runs_every_step_in_order(monkeypatch):
   assert run(monkeypatch, export_dir="exports") == [
       "read_inputs", "train_size", "processes forked",
       "device check (64 training examples)",  # after the fork, before anything is written
-      "check_start", "claim_output_dir", "write_model_files", "featurize", "processes ended",
+      "resume check", "check_start", "claim_output_dir", "record ['a message']",
+      "write_model_files", "featurize", "processes ended",
       "make_model_fn", "make_inference", "log_before_training", "make_train_dataset",
       "eval_spec", "train(model_fn, train_dataset, eval_spec, inference)",
       "evaluate_and_predict", "export to exports"]
@@ -105,15 +110,18 @@ def test_a_chief_that_trains_runs_every_step_in_order(monkeypatch):
 
 def test_a_worker_that_is_not_the_chief_stops_after_training(monkeypatch):
   calls = run(monkeypatch, is_chief=False, export_dir="exports")
-  assert "write_model_files" not in calls  # the chief alone writes output_dir's files
+  # Every worker checks the resume; the chief alone writes output_dir's files.
+  assert "resume check" in calls
+  assert "write_model_files" not in calls and not [c for c in calls if c.startswith("record")]
   assert calls[-1].startswith("train(")
   assert "evaluate_and_predict" not in calls and "export to exports" not in calls
 
 
 def test_without_training_the_job_evaluates_and_predicts_only(monkeypatch):
   calls = run(monkeypatch, do_train=False)
-  assert not [c for c in calls if c.startswith("train(") or c in (
-      "write_model_files", "log_before_training", "make_train_dataset", "eval_spec")]
+  assert not [c for c in calls if c.startswith(("train(", "record")) or c in (
+      "resume check", "write_model_files", "log_before_training", "make_train_dataset",
+      "eval_spec")]
   assert calls[-1] == "evaluate_and_predict"  # no export_dir: no export
 
 
