@@ -79,9 +79,9 @@ def main(_):
     if summary["beside"]:
       tf.logging.info("Written beside the model, which transformers does not read: %s.",
                       ", ".join(summary["beside"]))
-    if summary["unused"]:
+    if summary["training_only"]:
       tf.logging.info("Not converted (heads used only in training): %s.",
-                      ", ".join(summary["unused"]))
+                      ", ".join(summary["training_only"]))
   else:
     summary = to_tensorflow.convert(
         FLAGS.input, FLAGS.output, FLAGS.keep_head,

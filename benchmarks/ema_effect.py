@@ -56,23 +56,21 @@ sys.path.insert(0, ROOT)
 import tensorflow.compat.v1 as tf  # pylint: disable=wrong-import-position
 
 from bert_mgpu.training import checkpoints  # pylint: disable=wrong-import-position
+from bert_mgpu.training import weight_averages  # pylint: disable=wrong-import-position
+from bert_mgpu.transformers_format import to_transformers  # pylint: disable=wrong-import-position
 
-AVERAGE_SUFFIX = "/ExponentialMovingAverage"
-RECORD_SCOPE = "weight_averages/"
-# Training state that is not a weight, in a run without averages to tell the weights by.
-OPTIMIZER_STATE = re.compile(r"(/adam_[mv]|/Adam(_\d+)?|/Momentum|/accumulat\w*)$|^global_step$")
+AVERAGE_SUFFIX = weight_averages.SUFFIX
 MODEL_FILES = ("bert_config.json", "vocab.txt", "labels.txt", "model_settings.json")
 RAW_SUBDIR = "raw_weights"
 SCORE_FILE = "score.json"
 
 
-def is_average(name):
-  return name.endswith(AVERAGE_SUFFIX)
+is_average = weight_averages.is_average
 
 
 def is_plain(name):
   """Whether a checkpoint name is a raw variable: not an average, not the averages' record."""
-  return not is_average(name) and not name.startswith(RECORD_SCOPE)
+  return not is_average(name) and not weight_averages.is_record(name)
 
 
 def last_checkpoint(output_dir):
@@ -97,7 +95,7 @@ def trained_names(*name_sets):
   if averaged:
     return averaged
   return set(name for names in name_sets for name in names
-             if is_plain(name) and not OPTIMIZER_STATE.search(name))
+             if is_plain(name) and not to_transformers.is_training_state(name))
 
 
 def read_gold(path):

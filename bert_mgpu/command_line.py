@@ -199,9 +199,10 @@ def device_settings(training=False, flag_values=None):
 # records them in output_dir, and a resume that changes one is refused
 # (bert_mgpu/training/training_flags.py). Each script records those it defines. Not here:
 # how long to train (the end step is recorded apart), the cadences, devices that change no
-# arithmetic (--variable_update, XLA), paths of data a user may move (--unlabeled_file), the
-# start (--init_checkpoint, --initializer), which a resume does not read, and --teacher_dir,
-# whose checkpoint distillation identifies by its contents (teacher.check_resumed_student).
+# arithmetic (--variable_update, XLA), and the start (--init_checkpoint, --initializer,
+# --init_from_teacher_layers), which a resume does not read. Paths are recorded only as set
+# or not (_SWITCHES): a user may move data, and distillation identifies its teacher by the
+# checkpoint's contents (teacher.check_resumed_student).
 TRAINING_FLAGS = (
     # The optimizer, its corrections, the schedule, precision (and so loss scaling).
     "optimizer", "adam_bias_correction", "learning_rate", "warmup_proportion",
@@ -209,7 +210,7 @@ TRAINING_FLAGS = (
     # The fine-tuning techniques.
     "ema_decay", "ema_bias_correction", "layerwise_lr_decay", "adversarial",
     "adversarial_epsilon", "adversarial_alpha", "adversarial_steps", "rdrop_alpha",
-    "distill_temperature", "distill_alpha", "init_from_teacher_layers",
+    "teacher_dir", "unlabeled_file", "distill_temperature", "distill_alpha",
     # The batch and the data order (the workers are recorded by count).
     "train_batch_size", "n_gpus", "towers_per_gpu", "accumulation_steps", "group_by_length",
     "group_by_length_within_label", "random_seed", "max_seq_length",
@@ -219,13 +220,36 @@ TRAINING_FLAGS = (
     "ner_head", "use_crf", "max_query_length", "version_2_with_negative",
     "max_predictions_per_seq",
 )
+# Path flags that switch a technique on: recorded as whether they are set.
+_SWITCHES = ("teacher_dir", "unlabeled_file")
+# Flags that do nothing while another is off, by that flag and its off value: left out
+# then, so that changing them needs no override.
+_DEPENDENT_FLAGS = {
+    "ema_bias_correction": ("ema_decay", 0.0),
+    "adversarial_epsilon": ("adversarial", "none"),
+    "adversarial_alpha": ("adversarial", "none"),
+    "adversarial_steps": ("adversarial", "none"),
+    "distill_temperature": ("teacher_dir", None),
+    "distill_alpha": ("teacher_dir", None),
+    "unlabeled_file": ("teacher_dir", None),
+}
+SWITCH_SET = "(set)"
+
+
 def training_flags(flag_values=None):
-  """The TRAINING_FLAGS the script defines, by name, with their values (JSON types)."""
+  """The TRAINING_FLAGS the script defines, by name, with their values (JSON types): a
+  _SWITCHES path as SWITCH_SET or None, no flag whose _DEPENDENT_FLAGS parent is off."""
   flag_values = FLAGS if flag_values is None else flag_values
   values = collections.OrderedDict()
   for name in TRAINING_FLAGS:
-    if name in flag_values:
-      values[name] = getattr(flag_values, name)
+    if name not in flag_values:
+      continue
+    parent, off = _DEPENDENT_FLAGS.get(name, (None, None))
+    if parent is not None and parent in flag_values and (
+        getattr(flag_values, parent) or None) == (off or None):
+      continue
+    value = getattr(flag_values, name)
+    values[name] = (SWITCH_SET if value else None) if name in _SWITCHES else value
   return values
 
 

@@ -34,7 +34,13 @@ _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_s
                     "adversarial_passes", "ema_bias_correction", "ema_rule_recorded",
                     "training_flags_digest")
 # How the check names a setting that is no count (default: its name and both values).
-_SETTING_DESCRIPTIONS = {"training_flags_digest": "the training flags (training_flags.json)"}
+_RULE_FROM_CHECKPOINT = ("the weight averages' rule, which a resumed run takes from "
+                         "output_dir's checkpoint (a worker that cannot see it takes "
+                         "--ema_bias_correction, and one from before bias correction needs "
+                         "output_dir on every worker)")
+_SETTING_DESCRIPTIONS = {"training_flags_digest": "the training flags (training_flags.json)",
+                         "ema_bias_correction": _RULE_FROM_CHECKPOINT,
+                         "ema_rule_recorded": _RULE_FROM_CHECKPOINT}
 
 # Training sessions that must not be closed (nor garbage-collected, which closes them).
 _SESSIONS_LEFT_OPEN = []

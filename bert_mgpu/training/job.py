@@ -184,6 +184,10 @@ def _check_resume(config):
   if latest:
     rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction)
     config.ema_bias_correction, config.ema_rule_recorded = rule
+    if "ema_bias_correction" in (config.training_flags or {}):
+      # Compared and recorded as the rule in effect (a checkpoint's from before the record
+      # keeps the old one, whatever the flag says).
+      config.training_flags["ema_bias_correction"] = rule.bias_correction
     if config.ema_decay > 0 and not rule.recorded:
       tf.logging.warning(
           "%s was written before weight averages were bias-corrected: this run continues "

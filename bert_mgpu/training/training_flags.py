@@ -133,7 +133,7 @@ def check_resume(config, latest):
   old_end = recorded.get("num_train_steps")
   if old_end is not None and old_end != given["num_train_steps"]:
     messages.append(("info", "Training now ends at step %d (recorded: %d): the learning "
-                             "rate's linear decay is stretched to the new end, which changes "
-                             "the rate of every step from here on." % (
-                                 given["num_train_steps"], old_end)))
+                             "rate's linear decay moves to the new end (and a warm-up given as "
+                             "--warmup_proportion with it), which changes the rate of every "
+                             "step from here on." % (given["num_train_steps"], old_end)))
   return messages

@@ -37,6 +37,8 @@ from bert_mgpu.transformers_format import weight_names
 _TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v", "/accumulated_grad", "/Adam", "/Adam_1",
                             "/Momentum")
 _TRAINING_STATE_PREFIXES = ("loss_scaling/",)
+# tf.train.AdamOptimizer's own state, at the top level.
+_TRAINING_STATE_NAMES = ("global_step", "beta1_power", "beta2_power")
 
 Source = collections.namedtuple("Source", ["checkpoint", "why", "directory"])
 
@@ -45,7 +47,7 @@ def is_training_state(name):
   """Whether checkpoint variable `name` is optimizer or loop state (never converted), the
   record of the averages' rule, or a weight average (converted in place of its weight:
   weight_averages.read_weights)."""
-  return (name == "global_step" or name.endswith(_TRAINING_STATE_SUFFIXES) or
+  return (name in _TRAINING_STATE_NAMES or name.endswith(_TRAINING_STATE_SUFFIXES) or
           name.startswith(_TRAINING_STATE_PREFIXES) or weight_averages.is_average(name) or
           weight_averages.is_record(name))
 
@@ -166,7 +168,8 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
     do_lower_case: None takes model_settings.json's, else True.
 
   Returns:
-    A dict summary: "architecture", "checkpoint", "files", "beside", "unused".
+    A dict summary: "architecture", "checkpoint", "files", "beside", "training_only" (the
+    heads used only in training, left out).
 
   Raises:
     UsageError: one line; nothing is written.
@@ -219,7 +222,7 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
   output_files.replace_directory(os.path.abspath(output_dir), fill)
   return {"architecture": head.architecture, "checkpoint": source.checkpoint,
           "why": source.why, "files": sorted(texts) + [weight_files.SAFETENSORS_FILE],
-          "beside": sorted(beside), "unused": sorted(training_only), "weights": len(weights)}
+          "beside": sorted(beside), "training_only": sorted(training_only), "weights": len(weights)}
 
 
 def _check_nothing_lost(lost, head, checkpoint):

@@ -63,6 +63,15 @@ def test_a_changed_flag_is_refused_and_nothing_is_written(trained, demo_data):
   assert directory_state(trained) == before
 
 
+def test_other_cadences_need_no_override(trained, demo_data):
+  """Logging, checkpoint and evaluation cadences are free (training is over: nothing to
+  train, and the rerun says so instead of refusing)."""
+  result = run_classifier(short_run_flags(demo_data, trained, log_steps=2,
+                                          save_checkpoints_steps=3, keep_checkpoint_max=2))
+  cli.assert_succeeded(result)
+  assert "was trained with other flags" not in result.stderr
+
+
 def test_the_override_trains_on_and_records_the_new_values(trained, demo_data, tmp_path):
   output_dir = str(tmp_path / "changed")
   shutil.copytree(trained, output_dir)

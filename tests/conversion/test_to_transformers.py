@@ -196,7 +196,7 @@ def test_beside_files(exported, kind):
   if kind == "ner_crf":
     expected.add("crf_transitions.json")
   assert set(summary["beside"]) == expected
-  assert summary["unused"] == []
+  assert summary["training_only"] == []
   for name in ("model_settings.json", "thresholds.json", "crf_transitions.json"):
     assert os.path.isfile(os.path.join(output_dir, name)) == (name in expected), name
     if name in model.files:
@@ -480,9 +480,10 @@ def test_training_state_and_training_only_heads_are_left_out(classifier, tmp_pat
       "cls/new_head/dense/kernel": np.ones([4, 3], np.float32),
       "output_bias/accumulated_grad": np.zeros([len(conversion_models.LABELS)], np.float32),
       "loss_scaling/scale": np.array(2.0, np.float32),
+      "beta1_power": np.array(0.9, np.float32), "beta2_power": np.array(0.99, np.float32),
       weight_averages.RECORDED_DECAY: np.array(0.999, np.float32),
       weight_averages.RECORDED_CORRECTION: np.array(1.0, np.float32)})
   summary = to_transformers.convert(source, str(tmp_path / "hf"))
-  assert summary["unused"] == ["cls/new_head/dense/kernel"]
+  assert summary["training_only"] == ["cls/new_head/dense/kernel"]
   arrays = safetensors_numpy.load_file(str(tmp_path / "hf" / "model.safetensors"))
   assert len(arrays) == summary["weights"] == len(EXPECTED_KEYS["classifier"])

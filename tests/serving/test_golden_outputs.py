@@ -218,7 +218,8 @@ def exchanges(model):
     common.append(("POST", "/predict", {"texts": [texts[0], texts[3], texts[4]]}))
   if model in NER_MODELS:
     common += [("POST", "/predict", {"texts": ["北京"], "texts_b": ["上海"]}),
-               ("POST", "/predict", {"texts": ["\u200b", texts[5]]})]
+               ("POST", "/predict", {"texts": ["\u200b"]}),  # no tokens: refused
+               ("POST", "/predict", {"texts": [texts[5]]})]  # spaces are tokens
   elif model != "pair":
     common += [("POST", "/predict", {"texts": [texts[1], "\u200b"]}),
                ("POST", "/predict", {"texts": texts[:2], "texts_b": [texts[2]]})]

@@ -22,9 +22,9 @@ FIRST = {"optimizer": "adamw", "adam_bias_correction": False, "learning_rate": 5
          "warmup_proportion": 0.1, "num_warmup_steps": 10, "precision": "fp32",
          "ema_decay": 0.0, "ema_bias_correction": True, "layerwise_lr_decay": 1.0,
          "adversarial": "none", "adversarial_epsilon": 1.0, "adversarial_alpha": 0.3,
-         "adversarial_steps": 3, "rdrop_alpha": 0.0,
-         "distill_temperature": 1.0, "distill_alpha": 0.5,
-         "init_from_teacher_layers": None, "train_batch_size": 32, "n_gpus": 2,
+         "adversarial_steps": 3, "rdrop_alpha": 0.0, "teacher_dir": None,
+         "unlabeled_file": None, "distill_temperature": 1.0, "distill_alpha": 0.5,
+         "train_batch_size": 32, "n_gpus": 2,
          "towers_per_gpu": 1, "accumulation_steps": 1, "group_by_length": False,
          "group_by_length_within_label": False, "random_seed": 12345, "max_seq_length": 128,
          "task_name": "tsv", "do_lower_case": True, "literal_special_tokens": False,
@@ -37,9 +37,9 @@ OTHER = {"optimizer": "lamb", "adam_bias_correction": True, "learning_rate": 3e-
          "warmup_proportion": 0.0, "num_warmup_steps": 20, "precision": "bf16",
          "ema_decay": 0.999, "ema_bias_correction": False, "layerwise_lr_decay": 0.8,
          "adversarial": "fgm", "adversarial_epsilon": 0.5, "adversarial_alpha": 0.1,
-         "adversarial_steps": 2, "rdrop_alpha": 4.0,
-         "distill_temperature": 2.0, "distill_alpha": 0.9,
-         "init_from_teacher_layers": "0,2", "train_batch_size": 16, "n_gpus": 4,
+         "adversarial_steps": 2, "rdrop_alpha": 4.0, "teacher_dir": "(set)",
+         "unlabeled_file": "(set)", "distill_temperature": 2.0, "distill_alpha": 0.9,
+         "train_batch_size": 16, "n_gpus": 4,
          "towers_per_gpu": 2, "accumulation_steps": 2, "group_by_length": True,
          "group_by_length_within_label": True, "random_seed": 1, "max_seq_length": 64,
          "task_name": "csv", "do_lower_case": False, "literal_special_tokens": True,
@@ -119,15 +119,16 @@ def test_training_longer_is_free_and_logged(recorded):
   messages = training_flags.check_resume(config(recorded, dict(FIRST), num_train_steps=300),
                                          LATEST)
   assert messages == [("info", "Training now ends at step 300 (recorded: 100): the learning "
-                               "rate's linear decay is stretched to the new end, which changes "
-                               "the rate of every step from here on.")]
+                               "rate's linear decay moves to the new end (and a warm-up given "
+                               "as --warmup_proportion with it), which changes the rate of "
+                               "every step from here on.")]
 
 
 def test_cadences_and_paths_of_the_data_are_not_recorded():
   for name in ("num_train_epochs", "num_train_steps", "log_steps", "save_checkpoints_steps",
                "keep_checkpoint_max", "early_stopping_patience", "data_dir", "init_checkpoint",
-               "initializer", "variable_update", "use_xla", "output_dir", "teacher_dir",
-               "unlabeled_file"):
+               "initializer", "init_from_teacher_layers", "variable_update", "use_xla",
+               "output_dir"):
     assert name not in command_line.TRAINING_FLAGS, name
 
 
@@ -178,7 +179,31 @@ def test_a_command_records_the_flags_it_defines():
   absl_flags.DEFINE_float("learning_rate", 5e-5, "", flag_values=flag_values)
   absl_flags.DEFINE_bool("group_by_length", False, "", flag_values=flag_values)
   absl_flags.DEFINE_integer("log_steps", 100, "", flag_values=flag_values)
-  absl_flags.DEFINE_string("teacher_dir", None, "", flag_values=flag_values)
-  flag_values(["script.py", "--learning_rate=2e-5", "--teacher_dir=teacher"])
+  flag_values(["script.py", "--learning_rate=2e-5", "--log_steps=5"])
   assert command_line.training_flags(flag_values) == {"learning_rate": 2e-5,
                                                       "group_by_length": False}
+
+
+def test_a_setting_of_a_technique_that_is_off_is_not_recorded():
+  """Changing --adversarial_epsilon while --adversarial=none, or --ema_bias_correction
+  without --ema_decay, changes nothing: not recorded. A path that switches distillation on
+  is recorded as set or not."""
+  flag_values = absl_flags.FlagValues()
+  absl_flags.DEFINE_string("adversarial", "none", "", flag_values=flag_values)
+  absl_flags.DEFINE_float("adversarial_epsilon", 1.0, "", flag_values=flag_values)
+  absl_flags.DEFINE_float("ema_decay", 0.0, "", flag_values=flag_values)
+  absl_flags.DEFINE_bool("ema_bias_correction", True, "", flag_values=flag_values)
+  absl_flags.DEFINE_string("teacher_dir", None, "", flag_values=flag_values)
+  absl_flags.DEFINE_string("unlabeled_file", None, "", flag_values=flag_values)
+  absl_flags.DEFINE_float("distill_alpha", 0.5, "", flag_values=flag_values)
+  flag_values(["script.py", "--adversarial_epsilon=0.5", "--noema_bias_correction",
+               "--unlabeled_file=u.txt", "--distill_alpha=0.9"])
+  assert command_line.training_flags(flag_values) == {
+      "ema_decay": 0.0, "adversarial": "none", "teacher_dir": None}
+  flag_values(["script.py", "--adversarial=fgm", "--adversarial_epsilon=0.5",
+               "--ema_decay=0.999", "--ema_bias_correction", "--teacher_dir=/somewhere/teacher",
+               "--unlabeled_file=u.txt", "--distill_alpha=0.9"])
+  assert command_line.training_flags(flag_values) == {
+      "ema_decay": 0.999, "ema_bias_correction": True, "adversarial": "fgm",
+      "adversarial_epsilon": 0.5, "teacher_dir": "(set)", "unlabeled_file": "(set)",
+      "distill_alpha": 0.9}
