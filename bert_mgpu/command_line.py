@@ -232,6 +232,7 @@ _DEPENDENT_FLAGS = {
     "distill_temperature": ("teacher_dir", None),
     "distill_alpha": ("teacher_dir", None),
     "unlabeled_file": ("teacher_dir", None),
+    "label_separator": ("multi_label", False),
 }
 SWITCH_SET = "(set)"
 

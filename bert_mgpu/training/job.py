@@ -14,9 +14,11 @@ each hook relying on what the earlier ones kept on the task:
   4. check_start: the checkpoint to start from or predict with, and its head (by the
      variable names of the unit's model.py), after the job's own check that a checkpoint
      to resume has weight averages if and only if --ema_decay asks for them, with the D and
-     rule it recorded (which the resumed averages keep following); then output_dir is
+     rule it recorded (which the resumed averages keep following); then the chief compares
+     the training flags with output_dir's record (training_flags.py), and output_dir is
      claimed;
-  5. write_model_files (the chief, when training), featurize (or reuse the feature cache);
+  5. the chief, when training: records the training flags, write_model_files; then
+     featurize (or reuse the feature cache);
   6. make_model_fn, make_inference; when training: log_before_training, make_train_dataset,
      eval_spec, and runner.train (a worker that is not the chief stops there);
   7. evaluate_and_predict, then export when the run has an export_dir.
@@ -167,18 +169,11 @@ def record_file_inference(config, model_fn, record_files, spec, do_eval, do_pred
 
 
 def _check_resume(config):
-  """Refuses a resume that would change how the run trains, before anything is written.
+  """Refuses to resume a checkpoint whose weight averages --ema_decay does not match, and
+  sets the rule they follow (a resumed run keeps its checkpoint's).
 
-  The weight averages: refused when --ema_decay does not match the checkpoint's, and the
-  rule they follow is set (a resumed run keeps its checkpoint's). Every worker that sees
-  output_dir's checkpoint decides alike; one that does not (another machine) takes the
-  flags' rule, and the workers' settings check refuses a difference.
-  The training flags (the chief, which holds their record; the workers' settings check
-  compares the others' with its own): refused when they differ from the record, unless
-  allowed.
-
-  Returns:
-    What to log once output_dir is claimed, before the record is written.
+  Every worker that sees output_dir's checkpoint decides alike; one that does not (another
+  machine) takes the flags' rule, and the workers' settings check refuses a difference.
   """
   latest = checkpoints.latest_checkpoint(config.output_dir)
   if latest:
@@ -193,7 +188,20 @@ def _check_resume(config):
           "%s was written before weight averages were bias-corrected: this run continues "
           "its averages by that rule (from the start weights, moved by 1 - D). A new run "
           "corrects them (docs/TRAINING.md).", latest)
-  return training_flags.check_resume(config, latest) if config.is_chief else []
+
+
+def _check_training_flags(config):
+  """Refuses a resume whose training flags differ from output_dir's record, unless allowed
+  (the chief, which holds the record; the workers' settings check compares the others'
+  flags with its own). After the task's own checks, whose refusals say more.
+
+  Returns:
+    What to log once output_dir is claimed, before the record is written.
+  """
+  if not config.is_chief:
+    return []
+  return training_flags.check_resume(config,
+                                     checkpoints.latest_checkpoint(config.output_dir))
 
 
 def _record_training_flags(config, messages):
@@ -217,8 +225,10 @@ def run_job(task, export_dir=None):
   with task.featurizing_processes(run_settings.planned_cache_dir(job_settings)):
     config = run_settings.make_run_config(job_settings, num_train_examples, example_noun)
     if job_settings.do_train:
-      resume_messages = _check_resume(config)
+      _check_resume(config)
     task.check_start(config)
+    if job_settings.do_train:
+      resume_messages = _check_training_flags(config)
     output_files.claim_output_dir(config)
     if job_settings.do_train and config.is_chief:
       _record_training_flags(config, resume_messages)

@@ -88,8 +88,9 @@ def run(monkeypatch, do_train=True, is_chief=True, export_dir=None):
   monkeypatch.setattr(job.output_files, "claim_output_dir",
                       lambda config: calls.append("claim_output_dir"))
   monkeypatch.setattr(runner, "train", train)
-  monkeypatch.setattr(job, "_check_resume",
-                      lambda config: calls.append("resume check") or ["a message"])
+  monkeypatch.setattr(job, "_check_resume", lambda config: calls.append("resume check"))
+  monkeypatch.setattr(job, "_check_training_flags",
+                      lambda config: calls.append("training flags check") or ["a message"])
   monkeypatch.setattr(job, "_record_training_flags",
                       lambda config, messages: calls.append("record %s" % messages))
   job_settings = run_settings.JobSettings("out", do_train=do_train)
@@ -101,7 +102,8 @@ def test_a_chief_that_trains_runs_every_step_in_order(monkeypatch):
   assert run(monkeypatch, export_dir="exports") == [
       "read_inputs", "train_size", "processes forked",
       "device check (64 training examples)",  # after the fork, before anything is written
-      "resume check", "check_start", "claim_output_dir", "record ['a message']",
+      "resume check", "check_start", "training flags check", "claim_output_dir",
+      "record ['a message']",
       "write_model_files", "featurize", "processes ended",
       "make_model_fn", "make_inference", "log_before_training", "make_train_dataset",
       "eval_spec", "train(model_fn, train_dataset, eval_spec, inference)",
@@ -120,7 +122,8 @@ def test_a_worker_that_is_not_the_chief_stops_after_training(monkeypatch):
 def test_without_training_the_job_evaluates_and_predicts_only(monkeypatch):
   calls = run(monkeypatch, do_train=False)
   assert not [c for c in calls if c.startswith(("train(", "record")) or c in (
-      "resume check", "write_model_files", "log_before_training", "make_train_dataset",
+      "resume check", "training flags check", "write_model_files", "log_before_training",
+      "make_train_dataset",
       "eval_spec")]
   assert calls[-1] == "evaluate_and_predict"  # no export_dir: no export
 

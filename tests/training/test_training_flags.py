@@ -196,14 +196,16 @@ def test_a_setting_of_a_technique_that_is_off_is_not_recorded():
   absl_flags.DEFINE_string("teacher_dir", None, "", flag_values=flag_values)
   absl_flags.DEFINE_string("unlabeled_file", None, "", flag_values=flag_values)
   absl_flags.DEFINE_float("distill_alpha", 0.5, "", flag_values=flag_values)
+  absl_flags.DEFINE_bool("multi_label", False, "", flag_values=flag_values)
+  absl_flags.DEFINE_string("label_separator", ",", "", flag_values=flag_values)
   flag_values(["script.py", "--adversarial_epsilon=0.5", "--noema_bias_correction",
-               "--unlabeled_file=u.txt", "--distill_alpha=0.9"])
+               "--unlabeled_file=u.txt", "--distill_alpha=0.9", "--label_separator=|"])
   assert command_line.training_flags(flag_values) == {
-      "ema_decay": 0.0, "adversarial": "none", "teacher_dir": None}
+      "ema_decay": 0.0, "adversarial": "none", "teacher_dir": None, "multi_label": False}
   flag_values(["script.py", "--adversarial=fgm", "--adversarial_epsilon=0.5",
                "--ema_decay=0.999", "--ema_bias_correction", "--teacher_dir=/somewhere/teacher",
                "--unlabeled_file=u.txt", "--distill_alpha=0.9"])
   assert command_line.training_flags(flag_values) == {
       "ema_decay": 0.999, "ema_bias_correction": True, "adversarial": "fgm",
       "adversarial_epsilon": 0.5, "teacher_dir": "(set)", "unlabeled_file": "(set)",
-      "distill_alpha": 0.9}
+      "distill_alpha": 0.9, "multi_label": False}
