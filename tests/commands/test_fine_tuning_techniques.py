@@ -19,6 +19,7 @@ reference in tests/training/test_adversarial.py.
 """
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -228,6 +229,7 @@ def test_an_output_dir_from_before_the_record_resumes_by_its_rule(ema_run, demo_
   for path in glob.glob(latest + ".*"):
     os.remove(path)
   checkpoints.write_arrays(old, latest)
+  os.remove(os.path.join(output_dir, "training_flags.json"))  # written since, too
   result = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
                                      random_seed=7, do_eval=False, do_predict=False,
                                      num_train_epochs=3))
@@ -235,6 +237,9 @@ def test_an_output_dir_from_before_the_record_resumes_by_its_rule(ema_run, demo_
   assert ("was written before weight averages were bias-corrected: this run continues its "
           "averages by that rule") in result.stderr
   assert "weight averages with decay 0.5, not bias-corrected" in result.stderr
+  assert "has no training_flags.json" in result.stderr
+  with open(os.path.join(output_dir, "training_flags.json"), encoding="utf-8") as f:
+    assert json.load(f)["flags"]["ema_bias_correction"] is False  # the rule in effect
   continued = tf.train.latest_checkpoint(output_dir)
   assert continued != latest
   assert not [name for name, _ in tf.train.list_variables(continued)
