@@ -14,6 +14,7 @@ import re
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.distributed import collectives
+from bert_mgpu.distributed import global_batch
 from bert_mgpu.distributed.collectives import all_reduce_packed, collective_sum
 from bert_mgpu.training import adversarial
 from bert_mgpu.training import layerwise_lr
@@ -318,7 +319,6 @@ def split_for_towers(features, num_towers):
   Args:
     features: dict name -> tensor [global_batch, ...]; global_batch divisible by num_towers.
     num_towers: number of slices.
-
   Returns:
     A list of num_towers dicts name -> tensor [global_batch / num_towers, ...].
   """
@@ -334,10 +334,6 @@ def worker_slice(features, plan):
     return features
   return split_for_towers(features, plan.num_workers)[plan.worker_index]
 
-
-# ---------------------------------------------------------------------------
-# Collective all-reduce (replicated variables): bert_mgpu/distributed/collectives.py
-# ---------------------------------------------------------------------------
 
 # ---------------------------------------------------------------------------
 # The tower builder: training
@@ -412,18 +408,24 @@ def _build_towers(plan, model_fn, features, precision, use_xla, loss_scale, atta
   tower_features = split_for_towers(features, plan.num_towers)
 
   def tower_pass(i, variables=None, perturbation=None):
-    """(loss, gradients, variables) of tower i; variables None: its replica's trained ones."""
+    """(loss, gradients, variables) of tower i; variables None: its replica's trained ones
+    (a global-batch loss: (outputs, None, variables), its gradients taken after)."""
     with _tower_scope(plan, i, dtype, use_xla, perturbation=perturbation):
-      loss = model_fn(tower_features[i], True)["loss"]
+      outputs = model_fn(tower_features[i], True)
       if variables is None:
         plain_names = [v.op.name for v in _replica_trainable_variables(0)]
         variables = _replica_trainable_variables(plan.replica_of_tower(i), plain_names)
-      scaled_loss = loss_scale.scale_loss(loss) if loss_scale else loss
+      if global_batch.has_batch_loss(outputs):
+        return outputs, None, variables
+      scaled_loss = loss_scale.scale_loss(outputs["loss"]) if loss_scale else outputs["loss"]
       grads = tf.gradients(scaled_loss, variables, colocate_gradients_with_ops=True)
-      return loss, grads, variables
+      return outputs["loss"], grads, variables
 
   # Per tower: its loss, its gradients, its variables.
   losses, grads, tvars = map(list, zip(*[tower_pass(i) for i in range(plan.num_towers)]))
+  if grads[0] is None:  # the towers' rows meet in one loss over the global batch
+    return global_batch.tower_losses_and_grads(plan, losses, tvars, loss_scale,
+                                               _GROUP_WORKERS, attack) + (tvars,)
   if attack is not None:
     grads = _add_adversarial_gradients(plan, attack, tower_pass, grads, tvars, loss_scale)
   return losses, grads, tvars
@@ -499,7 +501,8 @@ def build_tower_losses_and_grads(plan, model_fn, features, precision="fp32", use
   Args:
     plan: DevicePlan (not replicated).
     model_fn: function(features_dict, is_training) -> dict with "loss" (float32 scalar, mean
-      over the tower's examples). It creates its variables with tf.get_variable.
+      over the tower's examples), or with "rows" and "batch_loss" for one loss over the
+      global batch (global_batch.py). It creates its variables with tf.get_variable.
     features: dict name -> tensor [global_batch, ...].
     precision: "fp32", "bf16" or "fp16": the towers' compute dtype.
     use_xla: compile each tower's forward and backward pass with XLA.

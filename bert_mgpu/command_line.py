@@ -218,7 +218,8 @@ TRAINING_FLAGS = (
     "task_name", "do_lower_case", "literal_special_tokens", "multi_label", "label_separator",
     "long_text", "head_tokens", "doc_stride", "max_windows", "window_pooling", "data_format",
     "ner_head", "use_crf", "max_query_length", "version_2_with_negative",
-    "max_predictions_per_seq",
+    "max_predictions_per_seq", "loss", "cosent_scale", "temperature", "positive_threshold",
+    "hard_negatives", "pooling",
 )
 # Path flags that switch a technique on: recorded as whether they are set.
 _SWITCHES = ("teacher_dir", "unlabeled_file")

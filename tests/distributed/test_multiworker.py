@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,23 +20,10 @@ import tensorflow.compat.v1 as tf
 from classifier_runs import base_flags, run_classifier
 from classifier_tf_files import write_init_checkpoint
 import cli
-from cli import assert_one_line_error, assert_succeeded, flag_list
+from cli import assert_one_line_error, assert_succeeded, flag_list, free_ports
 
 # No dropout, so different splits of the same global batches give the same updates.
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-
-
-def free_ports(count):
-  """Ports on 127.0.0.1 that nothing listens on right now."""
-  sockets = []
-  for _ in range(count):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    sockets.append(s)
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 @pytest.fixture(scope="module")

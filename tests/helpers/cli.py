@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -197,3 +198,16 @@ def file_sha256(path):
   nothing under a directory was rewritten, even at the same size."""
   with open(path, "rb") as f:
     return hashlib.sha256(f.read()).hexdigest()
+
+
+def free_ports(count):
+  """Ports on 127.0.0.1 that nothing listens on right now."""
+  sockets = []
+  for _ in range(count):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    sockets.append(s)
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports

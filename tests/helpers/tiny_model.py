@@ -93,19 +93,22 @@ OPTIMIZERS = ("adamw", "radam", "lamb", ADAMW_BIAS_CORRECTED)
 
 
 def batch_placeholders(batch):
-  """int32 placeholders [None, ...] named and shaped like a random_batch's arrays."""
-  return {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
+  """Placeholders [None, ...] named and shaped like a batch's arrays: float32 for float
+  arrays, else int32 (a random_batch's)."""
+  return {k: tf.placeholder(tf.float32 if v.dtype.kind == "f" else tf.int32,
+                            [None] + list(v.shape[1:]), name=k)
           for k, v in batch.items()}
 
 
 def train_steps(plan, batches, optimizer, initial_values=None, accumulation_steps=1,
                 layerwise_lr_decay=1.0, ema_decay=0.0, attack=None,
-                ema_rule=weight_averages.BIAS_CORRECTED, weights_after_each=None):
+                ema_rule=weight_averages.BIAS_CORRECTED, weights_after_each=None,
+                model_fn=None):
   """Builds the training graph of `plan` and applies one update per batch (with
   accumulation: the batch split into micro-batches). `optimizer` is one of OPTIMIZERS.
   With ema_decay, the weight averages start from the initial values, as in a run, and
   follow ema_rule. A list given as weights_after_each receives the trainable weights (as
-  `final` below) after each update.
+  `final` below) after each update. model_fn: the towers' model (None: the tiny classifier).
 
   Returns:
     (initial, final, all_values, global_step): initial and final map the plain names of the
@@ -116,7 +119,7 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
     tf.set_random_seed(1)
     placeholders = batch_placeholders(batches[0])
     corrected = optimizer == ADAMW_BIAS_CORRECTED
-    ops = multigpu.build_training(plan, classifier_model_fn(), placeholders, 1e-2, 100, 0,
+    ops = multigpu.build_training(plan, model_fn or classifier_model_fn(), placeholders, 1e-2, 100, 0,
                                   "adamw" if corrected else optimizer,
                                   accumulation_steps=accumulation_steps,
                                   adam_bias_correction=corrected,
@@ -137,7 +140,8 @@ def train_steps(plan, batches, optimizer, initial_values=None, accumulation_step
         sess.run(start_averages)
       initial = dict(zip([v.op.name for v in saved], sess.run(saved)))
       for batch in batches:
-        micro = np.array_split(np.arange(len(batch["label_ids"])), accumulation_steps)
+        micro = np.array_split(np.arange(len(next(iter(batch.values())))),
+                               accumulation_steps)
         if accumulation_steps > 1:
           for rows in micro:
             sess.run(ops.accumulate_op, {placeholders[k]: v[rows] for k, v in batch.items()})

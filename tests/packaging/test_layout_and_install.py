@@ -22,6 +22,7 @@ from cli import REPO_DIR
 # run_pretraining, create_pretraining_data) with multigpu, and our other commands.
 DESIGN_CARD = ("modeling", "optimization", "tokenization", "multigpu")
 COMMANDS = ("run_classifier_mgpu", "run_squad_mgpu", "run_pretraining_mgpu", "run_ner_mgpu",
+            "run_embedding_mgpu",
             "create_pretraining_data", "predict_text", "extract_features", "fill_mask",
             "convert_checkpoint")
 PACKAGE = "bert_mgpu"
@@ -146,6 +147,7 @@ def test_data_modules_import_without_the_training_stack():
           "from bert_mgpu.classifier import long_text\n"
           "from bert_mgpu.ner import scoring\n"
           "from bert_mgpu.squad import data\n"
+          "from bert_mgpu.embedding import data, metrics\n"
           "from bert_mgpu.data import text_files, tfrecord_io\n"
           "import create_pretraining_data\n"
           "import bert_mgpu.classifier, bert_mgpu.ner\n"

@@ -32,7 +32,9 @@ FIRST = {"optimizer": "adamw", "adam_bias_correction": False, "learning_rate": 5
          "head_tokens": 0, "doc_stride": 128, "max_windows": 8, "window_pooling": "mean",
          "data_format": "conll", "ner_head": "tags", "use_crf": False,
          "max_query_length": 64, "version_2_with_negative": False,
-         "max_predictions_per_seq": 20}
+         "max_predictions_per_seq": 20, "loss": "cosent", "cosent_scale": 20.0,
+         "temperature": 0.05, "positive_threshold": None, "hard_negatives": 1,
+         "pooling": "mean"}
 OTHER = {"optimizer": "lamb", "adam_bias_correction": True, "learning_rate": 3e-5,
          "warmup_proportion": 0.0, "num_warmup_steps": 20, "precision": "bf16",
          "ema_decay": 0.999, "ema_bias_correction": False, "layerwise_lr_decay": 0.8,
@@ -47,7 +49,9 @@ OTHER = {"optimizer": "lamb", "adam_bias_correction": True, "learning_rate": 3e-
          "head_tokens": 64, "doc_stride": 64, "max_windows": 4, "window_pooling": "max",
          "data_format": "cluener", "ner_head": "crf", "use_crf": True,
          "max_query_length": 32, "version_2_with_negative": True,
-         "max_predictions_per_seq": 10}
+         "max_predictions_per_seq": 10, "loss": "in_batch", "cosent_scale": 30.0,
+         "temperature": 0.1, "positive_threshold": 4.0, "hard_negatives": 2,
+         "pooling": "cls"}
 
 
 def test_every_recorded_flag_has_test_values():
