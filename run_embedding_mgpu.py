@@ -80,7 +80,9 @@ def settings_from_flags():
       hard_negatives_given=FLAGS["hard_negatives"].present,
       pooling=FLAGS.pooling, normalize_embeddings=FLAGS.normalize_embeddings,
       best_metric=FLAGS.best_metric, best_metric_given=FLAGS["best_metric"].present,
-      early_stopping_patience=FLAGS.early_stopping_patience, embed_file=FLAGS.embed_file)
+      early_stopping_patience=FLAGS.early_stopping_patience, embed_file=FLAGS.embed_file,
+      given_flags=[name for name in ("pooling", "normalize_embeddings", "max_seq_length",
+                                     "do_lower_case") if FLAGS[name].present])
 
 
 def check_flags():

@@ -354,8 +354,9 @@ def _check_init_checkpoint(flag_values):
 
 
 def define_fine_tuning_flags():
-  """The fine-tuning techniques that run_classifier_mgpu.py and run_ner_mgpu.py add to the
-  runner's training (docs/TRAINING.md); no other script defines them."""
+  """The fine-tuning techniques that run_classifier_mgpu.py, run_ner_mgpu.py and
+  run_embedding_mgpu.py (which refuses the per-tower ones: --adversarial, --rdrop_alpha) add
+  to the runner's training (docs/TRAINING.md)."""
   tf.flags.DEFINE_float("layerwise_lr_decay", 1.0, "Layer-wise learning-rate decay d in "
                         "(0, 1]: the head and pooler train at the learning rate, encoder layer "
                         "i of L at d^(L-i) times it, the embeddings at d^(L+1) times it "

@@ -45,7 +45,16 @@ def has_batch_loss(outputs):
 
 
 def _at_offset(rows, offset, global_rows):
-  """rows [n, ...] placed at rows offset..offset+n of zeros [global_rows, ...]."""
+  """Places rows among zeros.
+
+  Args:
+    rows: [n, ...], n static.
+    offset: the first row's place.
+    global_rows: the result's rows.
+
+  Returns:
+    [global_rows, ...]: zeros, with `rows` at offset..offset + n - 1.
+  """
   n = rows.shape[0]
   padding = [[offset, global_rows - offset - n]] + [[0, 0]] * (rows.shape.ndims - 1)
   return tf.pad(rows, padding)
@@ -116,11 +125,22 @@ def tower_losses_and_grads(plan, tower_outputs, tower_variables, loss_scale, gro
   all_towers = float(plan.num_towers * plan.num_workers)
   grads = []
   for i, variables in enumerate(tower_variables):
-    pairs = [(rows, grad) for rows, grad in zip(flat_rows[i * len(names):(i + 1) * len(names)],
-                                                 row_grads[i * len(names):(i + 1) * len(names)])
-             if grad is not None]
+    rows_and_grads = list(zip(flat_rows, row_grads))[i * len(names):(i + 1) * len(names)]
+    pairs = [(rows, grad) for rows, grad in rows_and_grads if grad is not None]
     with tf.device(plan.tower_devices[i]), tf.name_scope("tower_%d_rows_backward" % i):
-      grads.append(tf.gradients([rows for rows, _ in pairs], variables,
-                                grad_ys=[grad * all_towers for _, grad in pairs],
-                                colocate_gradients_with_ops=True))
+      tower_grads = tf.gradients([rows for rows, _ in pairs], variables,
+                                 grad_ys=[grad for _, grad in pairs],
+                                 colocate_gradients_with_ops=True)
+      # Scaled after the backward pass, in float32: scaling grad_ys would make fp16's
+      # gradients all_towers times one device's, and overflow sooner.
+      grads.append([_scaled(grad, all_towers) for grad in tower_grads])
   return [loss] * plan.num_towers, grads
+
+
+def _scaled(grad, factor):
+  """A gradient (Tensor, IndexedSlices or None) times `factor`."""
+  if grad is None:
+    return None
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(grad.values * factor, grad.indices, grad.dense_shape)
+  return grad * factor

@@ -139,6 +139,13 @@ def _tsv(path, data_format):
       data_format = TRIPLETS if header_triplets else PAIRS
     else:
       data_format = PAIRS if _number(rows[0][1][2]) is not None else TRIPLETS
+      later_score = next((line for line, fields in rows[1:]
+                          if len(fields) == 3 and _number(fields[2]) is not None), None)
+      if data_format == TRIPLETS and later_score is not None:
+        raise line_error(path, rows[0][0], "the third column %s is neither a score nor a "
+                         "header this reader knows, and line %d's is a number" % (
+                             file_readers.quote(rows[0][1][2]), later_score),
+                         "name the columns text_a<TAB>text_b<TAB>score, or fix the score")
   expected = {SENTENCES: (1,), PAIRS: (2, 3), TRIPLETS: (3,)}[data_format]
   if columns not in expected:
     raise line_error(path, rows[0][0], "%d tab-separated columns for %s" % (columns, data_format),

@@ -16,17 +16,15 @@ The rows (embedding/model.py):
   texts     float32 [batch, texts, dim]: each record's pooled embeddings, text 0 the
             anchor (text_a), text 1 its positive (text_b), then its hard negatives;
   score     float32 [batch] (scored pairs);
-  text_ids  float32 [batch, texts, 2]: each text's 48-bit hash in two exact halves;
+  text_ids  float32 [batch, texts, 2]: a 48-bit hash of each text's token ids in two
+            exact halves;
   example_loss float32 [batch] (softmax).
 bert_mgpu/embedding/metrics.py has the same losses in NumPy (the dev loss).
 """
 
 import tensorflow.compat.v1 as tf
 
-from bert_mgpu.embedding.metrics import COSENT, IN_BATCH, LOSSES, SOFTMAX  # pylint: disable=unused-import
-
-# Added to the logits of masked pairs: exp() of it is 0 in float32.
-_MASKED = -1e9
+from bert_mgpu.embedding.metrics import COSENT, IN_BATCH, LOSSES, MASKED, SOFTMAX  # pylint: disable=unused-import
 
 
 def _unit(vectors):
@@ -52,7 +50,7 @@ def cosent_loss(cosines, scores, scale):
   """
   differences = scale * (cosines[:, None] - cosines[None, :])  # [batch, batch]
   ordered = tf.less(scores[:, None], scores[None, :])
-  logits = tf.where(ordered, differences, tf.fill(tf.shape(differences), _MASKED))
+  logits = tf.where(ordered, differences, tf.fill(tf.shape(differences), MASKED))
   return tf.reduce_logsumexp(tf.concat([tf.zeros([1]), tf.reshape(logits, [-1])], axis=0))
 
 
@@ -81,7 +79,7 @@ def in_batch_loss(texts, text_ids, temperature):
                             axis=-1)  # [batch, candidates]
   own = tf.one_hot(tf.range(batch), tf.shape(candidates)[0], on_value=True, off_value=False)
   masked = tf.logical_and(same_text, tf.logical_not(own))
-  logits = tf.where(masked, tf.fill(tf.shape(logits), _MASKED), logits)
+  logits = tf.where(masked, tf.fill(tf.shape(logits), MASKED), logits)
   return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
       labels=tf.range(batch), logits=logits))
 

@@ -9,7 +9,8 @@ import numpy as np
 COSENT, IN_BATCH, SOFTMAX = "cosent", "in_batch", "softmax"
 LOSSES = (COSENT, IN_BATCH, SOFTMAX)
 
-_MASKED = -1e9
+# Added to the logits of masked pairs (losses.py uses it too): exp() of it is 0.
+MASKED = -1e9
 
 
 def unit(vectors):
@@ -61,20 +62,31 @@ def top1(embeddings, text_ids):
     embeddings: [n, 2 + negatives, dim].
     text_ids: [n, 2 + negatives, 2].
   """
-  logits = _candidate_logits(embeddings, text_ids, 1.0)
-  return float(np.mean(np.argmax(logits, axis=1) == np.arange(len(logits))))
+  n, first = len(embeddings), 0
+  hits = 0
+  while first < n:  # in chunks of anchors: the whole [n, candidates] matrix may not fit
+    rows = np.arange(first, min(first + _TOP1_CHUNK, n))
+    logits = _candidate_logits(embeddings, text_ids, 1.0, rows)
+    hits += int(np.sum(np.argmax(logits, axis=1) == rows))
+    first += _TOP1_CHUNK
+  return hits / float(n)
 
 
-def _candidate_logits(embeddings, text_ids, temperature):
-  """[n, candidates]: cos(anchor, candidate) / temperature, masked as losses.in_batch_loss."""
+_TOP1_CHUNK = 1024
+
+
+def _candidate_logits(embeddings, text_ids, temperature, anchor_rows=None):
+  """[anchors, candidates]: cos(anchor, candidate) / temperature, masked as
+  losses.in_batch_loss; the anchors of `anchor_rows` (None: every record)."""
   n, _, dim = embeddings.shape
-  anchors = unit(embeddings[:, 0])
+  rows = np.arange(n) if anchor_rows is None else anchor_rows
+  anchors = unit(embeddings[rows, 0])
   candidates = unit(np.concatenate([embeddings[:, 1], embeddings[:, 2:].reshape(-1, dim)]))
   candidate_ids = np.concatenate([text_ids[:, 1], text_ids[:, 2:].reshape(-1, 2)])
   logits = anchors.dot(candidates.T) / temperature
-  same_text = np.all(text_ids[:, 1][:, None, :] == candidate_ids[None, :, :], axis=-1)
-  same_text[np.arange(n), np.arange(n)] = False
-  logits[same_text] = _MASKED
+  same_text = np.all(text_ids[rows, 1][:, None, :] == candidate_ids[None, :, :], axis=-1)
+  same_text[np.arange(len(rows)), rows] = False
+  logits[same_text] = MASKED
   return logits
 
 
@@ -115,8 +127,10 @@ def mean_batch_loss(loss, outputs, batch_size, cosent_scale, temperature):
   batch may be shorter), or None when the outputs cannot feed the loss."""
   needed = {COSENT: "score", IN_BATCH: "text_ids",
             SOFTMAX: "example_loss"}[loss]
-  if needed not in outputs or (loss == IN_BATCH and
-                               outputs["embeddings"].shape[1] < 2):
+  # in_batch on a scored set: training keeps the pairs above --positive_threshold only,
+  # so a loss over every pair would not be the training loss; none is reported.
+  if needed not in outputs or (loss == IN_BATCH and ("score" in outputs or
+                                                     outputs["embeddings"].shape[1] < 2)):
     return None
   n = len(outputs["embeddings"])
   values = [batch_loss(loss, {k: v[start:start + batch_size] for k, v in outputs.items()},

@@ -3,9 +3,10 @@
 
   input_ids, input_mask, segment_ids  int64 [texts, max_seq_length]: each text alone,
                                       [CLS] tokens [SEP], cut to max_seq_length
-  text_ids                            int64 [texts, 2]: each text's 48-bit hash in two
-                                      24-bit halves (exact in float32; the in-batch loss
-                                      masks a candidate equal to the anchor's positive)
+  text_ids                            int64 [texts, 2]: a 48-bit hash of each text's token
+                                      ids in two 24-bit halves (exact in float32; the
+                                      in-batch loss masks a candidate equal to the anchor's
+                                      positive)
   score                               float [] (scored pairs)
   label_ids                           int64 [] (--loss=softmax)
 
@@ -20,9 +21,11 @@ import tensorflow.compat.v1 as tf
 from bert_mgpu.data import tfrecord_io
 
 
-def text_id(text):
-  """The two 24-bit halves of a 48-bit hash of `text`."""
-  value = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=6).digest(), "big")
+def text_id(input_ids):
+  """The two 24-bit halves of a 48-bit hash of a text's token ids (as the model reads it:
+  texts equal after lower-casing or cutting to max_seq_length are the same text)."""
+  data = ",".join(str(i) for i in input_ids).encode("ascii")
+  value = int.from_bytes(hashlib.blake2b(data, digest_size=6).digest(), "big")
   return [value >> 24, value & 0xFFFFFF]
 
 
@@ -42,7 +45,8 @@ def serialize(texts, tokenizer, max_seq_length, score=None, label_id=None):
   rows = [text_row(text, tokenizer, max_seq_length) for text in texts]
   features = {name: tfrecord_io.int64_feature([v for row in rows for v in row[i]])
               for i, name in enumerate(tfrecord_io.MODEL_INPUTS)}
-  features["text_ids"] = tfrecord_io.int64_feature([v for t in texts for v in text_id(t)])
+  features["text_ids"] = tfrecord_io.int64_feature(
+      [v for row in rows for v in text_id(row[0][:sum(row[1])])])
   if score is not None:
     features["score"] = tf.train.Feature(float_list=tf.train.FloatList(value=[score]))
   if label_id is not None:

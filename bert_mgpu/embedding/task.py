@@ -9,6 +9,7 @@
   writes predict.txt (one cosine per test pair) and --embed_file's embeddings.
 """
 
+import json
 import os
 
 import numpy as np
@@ -56,6 +57,9 @@ class EmbeddingSettings(object):
     best_metric, best_metric_given: the dev metric of best/; whether the flag was given.
     early_stopping_patience: evaluations without a better best_metric before stopping.
     embed_file: a file of texts whose embeddings the run writes (None: none).
+    given_flags: the names of the flags the command line gave (a run without training
+      takes the others among pooling, normalize_embeddings, max_seq_length and
+      do_lower_case from the trained model's model_settings.json).
   """
 
   def __init__(self, data_dir=None, data_format="auto", bert_config_file=None,
@@ -64,7 +68,7 @@ class EmbeddingSettings(object):
                positive_threshold=None, hard_negatives=1, hard_negatives_given=False,
                pooling=embedding_model.MEAN,
                normalize_embeddings=True, best_metric="spearman", best_metric_given=False,
-               early_stopping_patience=0, embed_file=None):
+               early_stopping_patience=0, embed_file=None, given_flags=()):
     self.data_dir, self.data_format = data_dir, data_format
     self.bert_config_file, self.vocab_file = bert_config_file, vocab_file
     self.do_lower_case, self.max_seq_length = do_lower_case, max_seq_length
@@ -76,6 +80,7 @@ class EmbeddingSettings(object):
     self.best_metric, self.best_metric_given = best_metric, best_metric_given
     self.early_stopping_patience = early_stopping_patience
     self.embed_file = embed_file
+    self.given_flags = frozenset(given_flags)
 
   def model_settings(self):
     """model_settings.json: the kind, the text settings, the pooling and normalisation."""
@@ -145,6 +150,36 @@ def _training_examples(text_set, settings):
       len(kept), len(text_set.records), threshold))
 
 
+# The model_settings.json fields a run without training takes from the trained model.
+_TRAINED_SETTINGS = ("pooling", "normalize_embeddings", "max_seq_length", "do_lower_case")
+
+
+def _adopt_trained_settings(output_dir, settings):
+  """A run on a trained output_dir (no --do_train) uses its model_settings.json: each of
+  _TRAINED_SETTINGS not given on the command line is taken from it (and logged); one
+  given with another value, or another kind of model, is refused in one line."""
+  path = os.path.join(output_dir or "", model_files.SETTINGS_FILE)
+  if not output_dir or not os.path.isfile(path):
+    return
+  try:
+    trained = json.loads(model_files.read_utf8(path))
+  except (OSError, ValueError) as e:
+    raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
+  if not isinstance(trained, dict) or trained.get("model") != EMBEDDING_KIND:
+    raise UsageError("%s is not an embedding model's (model: %r): give run_embedding_mgpu.py "
+                     "an output_dir it trained." % (path, trained.get("model") if isinstance(
+                         trained, dict) else trained))
+  for name in _TRAINED_SETTINGS:
+    if name not in trained or trained[name] == getattr(settings, name):
+      continue
+    if name in settings.given_flags:
+      raise UsageError("--%s=%s, but the model in %s was trained with %s (%s): drop the flag "
+                       "or give that value." % (name, getattr(settings, name), output_dir,
+                                                trained[name], path))
+    tf.logging.info("Using the trained model's %s = %s (%s).", name, trained[name], path)
+    setattr(settings, name, trained[name])
+
+
 def _check_evaluated_split(text_set, split):
   """A dev or test set: pairs or triplets, every record with as many texts (the records of
   a set share one shape)."""
@@ -188,6 +223,8 @@ class EmbeddingTask(job.Task):
 
   def read_inputs(self):
     s, js = self.settings, self.job_settings
+    if not js.do_train:
+      _adopt_trained_settings(js.output_dir, s)
     self.bert_config = bert_files.load_bert_config(s.bert_config_file, s.max_seq_length)
     self.tokenizer = bert_files.load_tokenizer(s.vocab_file, s.do_lower_case, self.bert_config,
                                                s.bert_config_file)
@@ -230,6 +267,13 @@ class EmbeddingTask(job.Task):
 
   def train_size(self):
     return len(self.train_examples), "training examples"
+
+  def check_start(self, config):
+    """A run that only evaluates, predicts or embeds has a checkpoint to use (before
+    output_dir is claimed)."""
+    if not self.job_settings.do_train:
+      checkpoints.checkpoint_for_inference(config.output_dir, config.init_checkpoint,
+                                           best_subdir=checkpoints.BEST_SUBDIR)
 
   def write_model_files(self):
     s = self.settings

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -463,4 +464,42 @@ def test_dev_sets_that_cannot_be_scored_as_asked_are_refused(data, in_batch_setu
                        best_metric="top1", num_train_epochs=1)
   result = run(flags)
   assert_one_line_error(result, fragment)
+  assert not os.path.exists(output_dir)
+
+
+# ---------------------------------------------------------------------------
+# 5. Runs on a trained output_dir without training: the model's own settings
+# ---------------------------------------------------------------------------
+
+def test_embedding_a_trained_output_dir_uses_its_pooling_and_length(full_run, tmp_path):
+  output_dir = str(tmp_path / "copy")
+  shutil.copytree(full_run.output_dir, output_dir)
+  os.remove(os.path.join(output_dir, "embeddings.npy"))
+  data = full_run.data
+  flags = collections.OrderedDict([
+      ("vocab_file", data.vocab_file), ("bert_config_file", data.config_file),
+      ("output_dir", output_dir), ("embed_file", data.embed_file), ("n_gpus", 2)])
+  result = run(flags)
+  assert_succeeded(result)
+  # Neither the pooling nor max_seq_length was given: both come from model_settings.json.
+  assert "Using the trained model's pooling = %s" % full_run.pooling in result.stderr
+  assert "Using the trained model's max_seq_length = %d" % MAX_SEQ_LENGTH in result.stderr
+  np.testing.assert_allclose(np.load(os.path.join(output_dir, "embeddings.npy")),
+                             np.load(os.path.join(full_run.output_dir, "embeddings.npy")),
+                             atol=1e-5)
+  # Given with another value: refused before anything is written.
+  before = sorted(os.listdir(output_dir))
+  refused = run(dict(flags, pooling="mean"))
+  assert_one_line_error(refused, "--pooling=mean, but the model in", "was trained with %s"
+                        % full_run.pooling)
+  assert sorted(os.listdir(output_dir)) == before
+
+
+def test_a_run_without_a_checkpoint_is_refused_before_writing(data, tmp_path):
+  output_dir = str(tmp_path / "new")
+  flags = collections.OrderedDict([
+      ("vocab_file", data.vocab_file), ("bert_config_file", data.config_file),
+      ("output_dir", output_dir), ("embed_file", data.embed_file),
+      ("max_seq_length", MAX_SEQ_LENGTH)])
+  assert_one_line_error(run(flags), "No checkpoint in --output_dir")
   assert not os.path.exists(output_dir)

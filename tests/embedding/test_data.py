@@ -346,3 +346,13 @@ def test_scores_given_only_from_a_later_line_name_a_line_that_has_an_earlier_sco
   message = assert_usage_error(lambda: data.read_split(path), path)
   # Either line is at fault, but line 1 has no earlier line with a score.
   assert not (" line 1:" in message and "earlier lines have one" in message), message
+
+
+@pytest.mark.parametrize("text", [
+    "s1\ts2\tscore\n今天\t明天\t5\n猫\t狗\t1\n",  # a header of unknown names
+    "今天\t明天\t4.x\n猫\t狗\t1\n",  # a typo in the first row's score
+])
+def test_a_first_row_that_is_neither_scores_nor_triplets_is_refused_at_line_1(tmp_path, text):
+  path = write(tmp_path / "train.tsv", text)
+  assert_usage_error(lambda: data.read_split(path), path + " line 1:",
+                     "neither a score nor a header", "line 2's is a number")

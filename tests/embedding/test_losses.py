@@ -102,7 +102,7 @@ def random_batch(seed, n=7, texts=2, dim=6, pool=POOL):
   rng = np.random.RandomState(seed)
   embeddings = rng.normal(size=[n, texts, dim]).astype(np.float32)
   chosen = [[pool[rng.randint(len(pool))] for _ in range(texts)] for _ in range(n)]
-  text_ids = np.array([[records.text_id(t) for t in row] for row in chosen], np.float32)
+  text_ids = np.array([[records.text_id([ord(c) for c in t]) for t in row] for row in chosen], np.float32)
   scores = rng.randint(0, 4, size=n).astype(np.float32)  # 4 values over 7 rows: ties
   return embeddings, text_ids, scores, chosen
 
@@ -181,7 +181,7 @@ def test_in_batch_masks_copies_among_positives_and_hard_negatives_but_not_its_ow
   # Record 0's positive is "p"; record 1's positive and record 2's hard negative are "p"
   # too, and record 1's own hard negative is its positive's text.
   chosen = [["a0", "p", "n0"], ["a1", "p", "p"], ["a2", "q", "p"]]
-  text_ids = np.array([[records.text_id(t) for t in row] for row in chosen], np.float32)
+  text_ids = np.array([[records.text_id([ord(c) for c in t]) for t in row] for row in chosen], np.float32)
   rng = np.random.RandomState(7)
   embeddings = rng.normal(size=[3, 3, 5]).astype(np.float32)
   # Every anchor's candidates: p(0), p(1), q(2), n0(3), p(4), p(5). Anchors 0 and 1 (positive
@@ -281,8 +281,11 @@ def test_mean_batch_loss_is_the_mean_over_consecutive_batches():
   assert metrics.mean_batch_loss(losses.COSENT, outputs, 4, 20.0, 0.05) == pytest.approx(
       expected, rel=1e-9)
   expected = np.mean([ref_in_batch(embeddings[b], text_ids[b], 0.05) for b in batches])
-  assert metrics.mean_batch_loss(losses.IN_BATCH, outputs, 4, 20.0, 0.05) == pytest.approx(
+  unscored = {"embeddings": embeddings, "text_ids": text_ids}
+  assert metrics.mean_batch_loss(losses.IN_BATCH, unscored, 4, 20.0, 0.05) == pytest.approx(
       expected, rel=1e-9)
+  # Scored pairs: training keeps only those above --positive_threshold, so no dev loss.
+  assert metrics.mean_batch_loss(losses.IN_BATCH, outputs, 4, 20.0, 0.05) is None
   # Outputs that cannot feed the loss: no dev loss.
   assert metrics.mean_batch_loss(losses.COSENT, {"embeddings": embeddings,
                                                  "text_ids": text_ids}, 4, 20.0, 0.05) is None
