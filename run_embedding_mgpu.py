@@ -87,14 +87,10 @@ def settings_from_flags():
 
 def check_flags():
   """Validates the flags before anything is written. Returns the EmbeddingSettings."""
-  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict or FLAGS.embed_file):
-    raise UsageError("Nothing to do: pass at least one of --do_train, --do_eval, "
-                     "--do_predict, --embed_file.")
-  for name in ("output_dir", "bert_config_file", "vocab_file"):
-    if not getattr(FLAGS, name):
-      raise UsageError("--%s is required." % name)
-  if (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict) and not FLAGS.data_dir:
-    raise UsageError("--data_dir is required.")
+  reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
+  command_line.check_actions(("bert_config_file", "vocab_file") +
+                             (("data_dir",) if reads_data else ()),
+                             other_actions=("embed_file",))
   if FLAGS.data_dir and not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   if FLAGS.embed_file and not tf.gfile.Exists(FLAGS.embed_file):
@@ -107,9 +103,6 @@ def check_flags():
     raise UsageError("--temperature and --cosent_scale must be positive.")
   if FLAGS.hard_negatives < 0:
     raise UsageError("--hard_negatives=%d: use 0 or more." % FLAGS.hard_negatives)
-  if FLAGS.early_stopping_patience < 0:
-    raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
-                     FLAGS.early_stopping_patience)
   command_line.refuse_unread_flags(dict(
       {"cosent_scale": "--loss=cosent"} if FLAGS.loss != losses.COSENT else {},
       **({"temperature": "--loss=in_batch", "positive_threshold": "--loss=in_batch",

@@ -431,7 +431,7 @@ def export_job_settings(flag_values=None):
 def export_only(flag_values=None):
   """True when a run only exports a trained output_dir (--export_dir and no --do_*)."""
   flag_values = FLAGS if flag_values is None else flag_values
-  return bool(flag_values.export_dir) and not (
+  return bool(flag_value(flag_values, "export_dir")) and not (
       flag_values.do_train or flag_value(flag_values, "do_eval") or flag_values.do_predict)
 
 
@@ -452,13 +452,15 @@ def run_or_export(task_class, settings, flag_values=None):
   job.run_job(task_class(job_settings(flag_values), settings), flag_values.export_dir)
 
 
-def check_actions(data_flags, flag_values=None):
+def check_actions(data_flags, flag_values=None, other_actions=()):
   """The first checks of a script with --do_train/--do_eval/--do_predict/--export_dir:
   something to do, the flags it needs, --export_dir a directory, a sane patience.
 
   Args:
     data_flags: the flags that name the data (needed unless the run only exports).
     flag_values: the flags (tests pass their own), by default tf.flags.FLAGS.
+    other_actions: the script's own flags that are something to do too (e.g.
+      run_embedding_mgpu.py's --embed_file).
 
   Returns:
     export_only().
@@ -467,8 +469,8 @@ def check_actions(data_flags, flag_values=None):
     UsageError: the first problem.
   """
   flag_values = FLAGS if flag_values is None else flag_values
-  actions = [name for name in ("do_train", "do_eval", "do_predict", "export_dir")
-             if name in flag_values]
+  actions = [name for name in ("do_train", "do_eval", "do_predict", "export_dir") +
+             tuple(other_actions) if name in flag_values]
   if not any(getattr(flag_values, name) for name in actions):
     raise UsageError("Nothing to do: pass at least one of %s." %
                      ", ".join("--" + name for name in actions))
@@ -476,9 +478,10 @@ def check_actions(data_flags, flag_values=None):
   for name in ("output_dir",) + (() if only_export else tuple(data_flags)):
     if not getattr(flag_values, name):
       raise UsageError("--%s is required." % name)
-  if flag_values.export_dir and os.path.isfile(flag_values.export_dir):
+  export_dir = flag_value(flag_values, "export_dir")
+  if export_dir and os.path.isfile(export_dir):
     raise UsageError("--export_dir=%s is a file: give a directory (the versions go inside)." %
-                     flag_values.export_dir)
+                     export_dir)
   if flag_value(flag_values, "early_stopping_patience", 0) < 0:
     raise UsageError("--early_stopping_patience=%d: use 0 (never stop early) or more." %
                      flag_values.early_stopping_patience)

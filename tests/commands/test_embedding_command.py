@@ -503,3 +503,20 @@ def test_a_run_without_a_checkpoint_is_refused_before_writing(data, tmp_path):
       ("max_seq_length", MAX_SEQ_LENGTH)])
   assert_one_line_error(run(flags), "No checkpoint in --output_dir")
   assert not os.path.exists(output_dir)
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    ({}, "Nothing to do: pass at least one of --do_train, --do_eval, --do_predict, "
+         "--embed_file."),
+    ({"do_train": True}, "--data_dir is required."),
+    ({"embed_file": "x.txt", "vocab_file": None}, "--vocab_file is required."),
+    ({"do_train": True, "data_dir": ".", "early_stopping_patience": -1},
+     "--early_stopping_patience=-1"),
+])
+def test_the_shared_action_checks_apply(data, tmp_path, flags, fragment):
+  base = collections.OrderedDict([
+      ("vocab_file", data.vocab_file), ("bert_config_file", data.config_file),
+      ("output_dir", str(tmp_path / "out"))])
+  base.update(flags)
+  assert_one_line_error(run({k: v for k, v in base.items() if v is not None}), fragment)
+  assert not os.path.exists(str(tmp_path / "out"))
