@@ -208,7 +208,7 @@ TRAINING_FLAGS = (
     "optimizer", "adam_bias_correction", "learning_rate", "warmup_proportion",
     "num_warmup_steps", "precision",
     # The fine-tuning techniques.
-    "ema_decay", "ema_bias_correction", "layerwise_lr_decay", "adversarial",
+    "ema_decay", "ema_bias_correction", "ema_warmup", "layerwise_lr_decay", "adversarial",
     "adversarial_epsilon", "adversarial_alpha", "adversarial_steps", "rdrop_alpha",
     "teacher_dir", "unlabeled_file", "distill_temperature", "distill_alpha",
     # The batch and the data order (the workers are recorded by count).
@@ -227,6 +227,7 @@ _SWITCHES = ("teacher_dir", "unlabeled_file")
 # then, so that changing them needs no override.
 _DEPENDENT_FLAGS = {
     "ema_bias_correction": ("ema_decay", 0.0),
+    "ema_warmup": ("ema_decay", 0.0),
     "adversarial_epsilon": ("adversarial", "none"),
     "adversarial_alpha": ("adversarial", "none"),
     "adversarial_steps": ("adversarial", "none"),
@@ -370,6 +371,10 @@ def define_fine_tuning_flags():
                        "(1 - D) / (1 - D^t), so they average the weights after each update "
                        "(bert4keras's default). false: by 1 - D from the starting weights, "
                        "the rule before it.")
+  tf.flags.DEFINE_bool("ema_warmup", False, "Warm the weight averages' decay up as "
+                       "tf.train.ExponentialMovingAverage(num_updates=t) does: update t uses "
+                       "min(D, (1 + t) / (10 + t)), so a short run averages only its last "
+                       "updates (about t / 10 of them) (docs/TRAINING.md).")
   tf.flags.DEFINE_enum("adversarial", "none", list(adversarial.METHODS), "Adversarial "
                        "training on the token-embedding table, its step taken from the whole "
                        "global batch's gradient: fgm (one more forward and backward pass per "

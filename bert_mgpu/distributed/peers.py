@@ -32,6 +32,7 @@ import multigpu
 _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_steps",
                     "train_batch_size", "num_towers", "micro_batch_size", "random_seed",
                     "adversarial_passes", "ema_bias_correction", "ema_rule_recorded",
+                    "ema_warmup",
                     "training_flags_digest")
 # How the check names a setting that is no count (default: its name and both values).
 _RULE_FROM_CHECKPOINT = ("the weight averages' rule, which a resumed run takes from "
@@ -40,7 +41,8 @@ _RULE_FROM_CHECKPOINT = ("the weight averages' rule, which a resumed run takes f
                          "output_dir on every worker)")
 _SETTING_DESCRIPTIONS = {"training_flags_digest": "the training flags (training_flags.json)",
                          "ema_bias_correction": _RULE_FROM_CHECKPOINT,
-                         "ema_rule_recorded": _RULE_FROM_CHECKPOINT}
+                         "ema_rule_recorded": _RULE_FROM_CHECKPOINT,
+                         "ema_warmup": _RULE_FROM_CHECKPOINT}
 
 # Training sessions that must not be closed (nor garbage-collected, which closes them).
 _SESSIONS_LEFT_OPEN = []

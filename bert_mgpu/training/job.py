@@ -177,8 +177,9 @@ def _check_resume(config):
   """
   latest = checkpoints.latest_checkpoint(config.output_dir)
   if latest:
-    rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction)
-    config.ema_bias_correction, config.ema_rule_recorded = rule
+    rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction,
+                                        config.ema_warmup)
+    config.ema_bias_correction, config.ema_rule_recorded, config.ema_warmup = rule
     if "ema_bias_correction" in (config.training_flags or {}):
       # Compared and recorded as the rule in effect (a checkpoint's from before the record
       # keeps the old one, whatever the flag says).

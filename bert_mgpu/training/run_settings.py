@@ -162,10 +162,11 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("optimizer", "adamw"), ("adam_bias_correction", False),
     # The classifier's and NER's --layerwise_lr_decay (1.0: one rate for every layer).
     ("layerwise_lr_decay", 1.0),
-    # Their --ema_decay (0: no weight averages) and --ema_bias_correction; the job sets
-    # ema_rule_recorded False to resume averages written before their rule was recorded
-    # (weight_averages.check_resume).
+    # Their --ema_decay (0: no weight averages), --ema_bias_correction and --ema_warmup; the
+    # job sets ema_rule_recorded False to resume averages written before their rule was
+    # recorded (weight_averages.check_resume).
     ("ema_decay", 0.0), ("ema_bias_correction", True), ("ema_rule_recorded", True),
+    ("ema_warmup", False),
     # Their --adversarial: an adversarial.Attack, or None.
     ("attack", None),
     # Their --rdrop_alpha (0: one pass per batch).
@@ -286,7 +287,8 @@ class RunConfig(object):
   @property
   def ema_rule(self):
     """The weight averages' weight_averages.Rule."""
-    return weight_averages.Rule(bool(self.ema_bias_correction), bool(self.ema_rule_recorded))
+    return weight_averages.Rule(bool(self.ema_bias_correction), bool(self.ema_rule_recorded),
+                                bool(self.ema_warmup))
 
   @property
   def adversarial_passes(self):

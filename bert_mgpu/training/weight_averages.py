@@ -18,9 +18,20 @@ zero, divided by 1 - D^t). r_t falls to 1 - D as t grows. Without the correction
 then keep a share D^t (0.61 after 500 updates at D = 0.999). An fp16 update that loss
 scaling skips leaves the shadows as they are.
 
-A checkpoint records the rule beside the shadows: RECORDED_DECAY (D) and
-RECORDED_CORRECTION (1.0 for the bias-corrected rule, 0.0 without it), scalars that never
-change. A checkpoint with shadows and no record was written before the correction existed:
+With --ema_warmup (tf.train.ExponentialMovingAverage's num_updates rule), update t uses
+D_t = min(D, (1 + t) / (10 + t)) in place of D: the averages span about the last t / 10
+updates early on (0.98 at t = 500) and reach D only when (1 + t) / (10 + t) does (t = 8,991
+for D = 0.999). The general rate, for both rules and their combination, is
+
+  r_t = (1 - D_t) / (1 - P_t),   P_t = D_1 D_2 ... D_t
+
+(bias-corrected: the average of the weights after each update, weighted (1 - D_i) D_(i+1)
+... D_t and normalised), or r_t = 1 - D_t without the correction.
+
+A checkpoint records the rule beside the shadows: RECORDED_DECAY (D),
+RECORDED_CORRECTION (1.0 for the bias-corrected rule, 0.0 without it) and, only with
+--ema_warmup, RECORDED_WARMUP (1.0), scalars that never change (a checkpoint without
+RECORDED_WARMUP has no warmup, so checkpoints written before it exist restore as they are). A checkpoint with shadows and no record was written before the correction existed:
 a resume of it continues its averages by the old rule (check_resume says which rule a run
 follows, and refuses a changed D or rule). Readers of the model skip the record like any
 training state.
@@ -54,24 +65,31 @@ _COLLECTION = "weight_averages"
 RECORD_SCOPE = "weight_averages/"
 RECORDED_DECAY = RECORD_SCOPE + "decay"
 RECORDED_CORRECTION = RECORD_SCOPE + "bias_correction"
+RECORDED_WARMUP = RECORD_SCOPE + "warmup"
 _RECORD_COLLECTION = "weight_averages_record"
 
 
-class Rule(collections.namedtuple("Rule", ["bias_correction", "recorded"])):
+class Rule(collections.namedtuple("Rule", ["bias_correction", "recorded", "warmup"])):
   """How a run's averages move (with D from --ema_decay).
 
   Attributes:
-    bias_correction: r_t = (1 - D) / (1 - D^t); False: 1 - D from the start weights.
+    bias_correction: r_t = (1 - D_t) / (1 - P_t); False: 1 - D_t from the start weights.
     recorded: the graph keeps RECORDED_DECAY and RECORDED_CORRECTION (False only to resume
       a checkpoint written before the record existed, which has none to restore).
+    warmup: D_t = min(D, (1 + t) / (10 + t)) (--ema_warmup); False: D_t = D.
   """
 
   def describe(self):
+    decay = "min(D, (1 + t) / (10 + t))" if self.warmup else "D"
     if self.bias_correction:
+      if self.warmup:
+        return ("bias-corrected with warmup: update t moves them by (1 - D_t) / (1 - D_1 ... "
+                "D_t), D_t = %s" % decay)
       return "bias-corrected: each update moves them by (1 - D) / (1 - D^t)"
-    return "not bias-corrected: they start from the start weights and move by 1 - D"
+    return "not bias-corrected: they start from the start weights and move by 1 - %s" % decay
 
 
+Rule.__new__.__defaults__ = (False,)  # warmup (namedtuple's defaults= needs Python 3.7)
 BIAS_CORRECTED = Rule(bias_correction=True, recorded=True)
 
 
@@ -142,7 +160,7 @@ def is_record(name):
   return name.startswith(RECORD_SCOPE)
 
 
-def check_resume(checkpoint, decay, bias_correction=True):
+def check_resume(checkpoint, decay, bias_correction=True, warmup=False):
   """Refuses to resume from a checkpoint whose averages do not match --ema_decay, and says
   by which rule the resumed averages move.
 
@@ -150,6 +168,7 @@ def check_resume(checkpoint, decay, bias_correction=True):
     checkpoint: the checkpoint the run resumes.
     decay: --ema_decay (0: none).
     bias_correction: --ema_bias_correction.
+    warmup: --ema_warmup.
 
   Returns:
     The Rule to build the training graph with: the checkpoint's own (a checkpoint written
@@ -169,9 +188,13 @@ def check_resume(checkpoint, decay, bias_correction=True):
                      "run would drop. Resume with the same --ema_decay, or train into a new "
                      "--output_dir." % checkpoint)
   if not saved:
-    return Rule(bias_correction, recorded=True)
+    return Rule(bias_correction, recorded=True, warmup=warmup)
   reader = tf.train.load_checkpoint(checkpoint)
   if not reader.has_tensor(RECORDED_DECAY):
+    if warmup:
+      raise UsageError("--ema_warmup: %s kept its weight averages without warmup (it was "
+                       "written before the rule was recorded). Resume without --ema_warmup, "
+                       "or train into a new --output_dir." % checkpoint)
     return Rule(bias_correction=False, recorded=False)
   recorded_decay = float(reader.get_tensor(RECORDED_DECAY))
   if np.float32(decay) != np.float32(recorded_decay):
@@ -185,7 +208,13 @@ def check_resume(checkpoint, decay, bias_correction=True):
                      "--ema_bias_correction=%s. Resume with it, or train into a new "
                      "--output_dir." % (_flag_bool(bias_correction), checkpoint,
                                         _flag_bool(recorded_correction)))
-  return Rule(recorded_correction, recorded=True)
+  recorded_warmup = (reader.has_tensor(RECORDED_WARMUP) and
+                     bool(reader.get_tensor(RECORDED_WARMUP)))
+  if recorded_warmup != bool(warmup):
+    raise UsageError("--ema_warmup=%s: %s kept its weight averages with --ema_warmup=%s. "
+                     "Resume with it, or train into a new --output_dir." % (
+                         _flag_bool(warmup), checkpoint, _flag_bool(recorded_warmup)))
+  return Rule(recorded_correction, recorded=True, warmup=recorded_warmup)
 
 
 def _short(value):
@@ -223,7 +252,7 @@ def build_update(variables, decay, global_step, applied=None, rule=BIAS_CORRECTE
   """
   if rule.recorded:
     _record(decay, rule, global_step.device)
-  rate = tf.cast(move_rate(decay, global_step, rule.bias_correction), tf.float32)
+  rate = tf.cast(move_rate(decay, global_step, rule.bias_correction, rule.warmup), tf.float32)
   if applied is not None:
     rate *= tf.cast(applied, tf.float32)
   moves = []
@@ -235,25 +264,48 @@ def build_update(variables, decay, global_step, applied=None, rule=BIAS_CORRECTE
   return tf.group(*moves)
 
 
-def move_rate(decay, global_step, bias_correction):
-  """r_t, the share of the way from the shadow to the weight that update t moves it:
-  (1 - D) / (1 - D^t) with t = global_step + 1, or 1 - D without the correction. float64,
-  so that 1 - D^t keeps its digits for D near 1."""
-  if not bias_correction:
-    return tf.constant(1.0 - decay, tf.float64)
-  with tf.name_scope("bias_corrected_rate"):
+def move_rate(decay, global_step, bias_correction, warmup=False):
+  """r_t, the share of the way from the shadow to the weight that update t moves it (t =
+  global_step + 1): (1 - D_t) / (1 - P_t) with the correction, else 1 - D_t (the module's
+  docstring). float64, so that 1 - P_t keeps its digits for D near 1."""
+  with tf.name_scope("average_rate"):
     t = tf.cast(global_step, tf.float64) + 1.0
-    decay = tf.constant(decay, tf.float64)
-    return (1.0 - decay) / (1.0 - tf.pow(decay, t))
+    step_decay = tf.constant(decay, tf.float64)
+    if warmup:
+      step_decay = tf.minimum(step_decay, (1.0 + t) / (10.0 + t))
+    if not bias_correction:
+      return 1.0 - step_decay
+    rate = (1.0 - step_decay) / (1.0 - tf.exp(log_decay_product(decay, t, warmup)))
+    # r_t <= 1 (1 - P_t >= 1 - D_t); lgamma's rounding may exceed it at t = 1.
+    return tf.minimum(rate, 1.0)
+
+
+def log_decay_product(decay, t, warmup):
+  """log P_t = log(D_1 ... D_t) in closed form (float64 tensor t >= 1).
+
+  Without warmup, t log D. With it, D_i = (1 + i) / (10 + i) while that is below D, i.e.
+  for i <= K = floor((10 D - 1) / (1 - D)), and D after: the first min(t, K) factors
+  telescope to 10! (m + 1)! / (m + 10)!, written with lgamma.
+  """
+  log_decay = tf.constant(np.log(decay) if decay > 0 else -np.inf, tf.float64)
+  if not warmup:
+    return t * log_decay
+  warm_steps = max(0.0, float(np.floor((10.0 * decay - 1.0) / (1.0 - decay))))
+  m = tf.minimum(t, warm_steps)
+  warm = tf.lgamma(m + 2.0) - tf.lgamma(m + 11.0) + tf.lgamma(tf.constant(11.0, tf.float64))
+  return warm + (t - m) * log_decay
 
 
 def _record(decay, rule, device):
-  """The graph's RECORDED_DECAY and RECORDED_CORRECTION, created on first use."""
+  """The graph's RECORDED_DECAY, RECORDED_CORRECTION and (with warmup) RECORDED_WARMUP,
+  created on first use."""
   if tf.get_collection(_RECORD_COLLECTION):
     return
+  record = [(RECORDED_DECAY, decay), (RECORDED_CORRECTION, 1.0 if rule.bias_correction else 0.0)]
+  if rule.warmup:
+    record.append((RECORDED_WARMUP, 1.0))
   with tf.device(device):
-    for name, value in ((RECORDED_DECAY, decay),
-                        (RECORDED_CORRECTION, 1.0 if rule.bias_correction else 0.0)):
+    for name, value in record:
       tf.add_to_collection(_RECORD_COLLECTION, tf.get_variable(
           name, [], tf.float32, tf.constant_initializer(value), trainable=False,
           use_resource=True))

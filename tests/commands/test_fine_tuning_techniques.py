@@ -262,7 +262,9 @@ def test_resuming_with_another_choice_is_one_line_and_writes_nothing(ema_run, ru
         "correction holds for that D only"]),
       (ema_run[0], {"ema_decay": EMA_DECAY, "ema_bias_correction": False},
        ["--ema_bias_correction=false: ",
-        "kept its weight averages with --ema_bias_correction=true"])):
+        "kept its weight averages with --ema_bias_correction=true"]),
+      (ema_run[0], {"ema_decay": EMA_DECAY, "ema_warmup": True},
+       ["--ema_warmup=true: ", "kept its weight averages with --ema_warmup=false"])):
     before = directory_state(output_dir)
     result = run_classifier(base_flags(demo_data, output_dir, **extra))
     cli.assert_one_line_error(result, *message)

@@ -20,7 +20,8 @@ from usage_errors import assert_usage_error
 # One value per recorded flag, and another for each (the types of the real flags).
 FIRST = {"optimizer": "adamw", "adam_bias_correction": False, "learning_rate": 5e-5,
          "warmup_proportion": 0.1, "num_warmup_steps": 10, "precision": "fp32",
-         "ema_decay": 0.0, "ema_bias_correction": True, "layerwise_lr_decay": 1.0,
+         "ema_decay": 0.0, "ema_bias_correction": True, "ema_warmup": False,
+         "layerwise_lr_decay": 1.0,
          "adversarial": "none", "adversarial_epsilon": 1.0, "adversarial_alpha": 0.3,
          "adversarial_steps": 3, "rdrop_alpha": 0.0, "teacher_dir": None,
          "unlabeled_file": None, "distill_temperature": 1.0, "distill_alpha": 0.5,
@@ -37,7 +38,8 @@ FIRST = {"optimizer": "adamw", "adam_bias_correction": False, "learning_rate": 5
          "pooling": "mean"}
 OTHER = {"optimizer": "lamb", "adam_bias_correction": True, "learning_rate": 3e-5,
          "warmup_proportion": 0.0, "num_warmup_steps": 20, "precision": "bf16",
-         "ema_decay": 0.999, "ema_bias_correction": False, "layerwise_lr_decay": 0.8,
+         "ema_decay": 0.999, "ema_bias_correction": False, "ema_warmup": True,
+         "layerwise_lr_decay": 0.8,
          "adversarial": "fgm", "adversarial_epsilon": 0.5, "adversarial_alpha": 0.1,
          "adversarial_steps": 2, "rdrop_alpha": 4.0, "teacher_dir": "(set)",
          "unlabeled_file": "(set)", "distill_temperature": 2.0, "distill_alpha": 0.9,

@@ -35,6 +35,14 @@ def averages_of(values):
 
 
 FROM_START = weight_averages.Rule(bias_correction=False, recorded=True)
+WARMUP = weight_averages.Rule(bias_correction=True, recorded=True, warmup=True)
+FROM_START_WARMUP = weight_averages.Rule(bias_correction=False, recorded=True, warmup=True)
+
+
+def step_decays(rule, decay, t):
+  """D_1 ... D_t: D, or with warmup min(D, (1 + i) / (10 + i)) (TF's num_updates rule)."""
+  return [min(decay, (1.0 + i) / (10.0 + i)) if rule.warmup else decay
+          for i in range(1, t + 1)]
 
 
 def corrected_average(weights, decay):
@@ -55,13 +63,31 @@ def from_start_average(initial, weights, decay):
 
 
 def expected_average(rule, initial, weights, decay):
+  """The average after len(weights) updates by `rule`, summed term by term (float64): each
+  update i weighs (1 - D_i) D_(i+1) ... D_t; the start weights D_1 ... D_t, or, corrected,
+  nothing, with the weights' sum normalised to 1."""
+  decays = step_decays(rule, decay, len(weights))
+  shares = [(1 - d) * np.prod(decays[i + 1:]) for i, d in enumerate(decays)]
+  start_share = np.prod(decays)
+  total = sum(s * np.asarray(w, np.float64) for s, w in zip(shares, weights))
   if rule.bias_correction:
-    return corrected_average(weights, decay)
-  return from_start_average(initial, weights, decay)
+    return total / (1 - start_share)
+  return total + start_share * np.asarray(initial, np.float64)
 
 
-@pytest.mark.parametrize("rule", [weight_averages.BIAS_CORRECTED, FROM_START],
-                         ids=["bias_corrected", "from_start"])
+def test_the_term_by_term_average_is_the_closed_forms():
+  """expected_average (no warmup) against the closed forms above (independent arithmetic)."""
+  rng = np.random.RandomState(3)
+  initial, weights = rng.randn(4), [rng.randn(4) for _ in range(5)]
+  np.testing.assert_allclose(expected_average(weight_averages.BIAS_CORRECTED, initial, weights,
+                                              0.7), corrected_average(weights, 0.7), rtol=1e-12)
+  np.testing.assert_allclose(expected_average(FROM_START, initial, weights, 0.7),
+                             from_start_average(initial, weights, 0.7), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rule", [weight_averages.BIAS_CORRECTED, FROM_START, WARMUP,
+                                  FROM_START_WARMUP],
+                         ids=["bias_corrected", "from_start", "warmup", "from_start_warmup"])
 def test_the_average_follows_numpy_after_each_update(rule):
   rng = np.random.RandomState(21)
   batches = [random_batch(rng, 8) for _ in range(3)]
@@ -93,12 +119,14 @@ def test_the_average_follows_numpy_after_each_update(rule):
           want = expected_average(rule, initial[j], [w[j] for w in history], DECAY)
           np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-7,
                                      err_msg="%s, update %d" % (variable.op.name, t))
-      # After three steps the average is neither the weights nor the other rule's.
+      # After three steps the average is neither the weights nor another rule's.
       weights = history[-1]
       assert max(np.abs(w - s).max() for w, s in zip(weights, got)) > 1e-3
-      other = weight_averages.Rule(not rule.bias_correction, True)
-      assert max(np.abs(expected_average(other, initial[j], [w[j] for w in history], DECAY) -
-                        got[j]).max() for j in range(len(trained))) > 1e-3
+      for other in (weight_averages.Rule(not rule.bias_correction, True, rule.warmup),
+                    weight_averages.Rule(rule.bias_correction, True, not rule.warmup)):
+        assert max(np.abs(expected_average(other, initial[j], [w[j] for w in history],
+                                           DECAY) - got[j]).max()
+                   for j in range(len(trained))) > 1e-4, other
 
 
 def test_the_recurrence_is_bert4keras_corrected_average():
@@ -118,6 +146,31 @@ def test_the_recurrence_is_bert4keras_corrected_average():
   for t, w in enumerate(weights, 1):
     average = average * (1 - rates[t - 1]) + w * rates[t - 1]
     np.testing.assert_allclose(average, corrected_average(weights[:t], 0.9), rtol=1e-12)
+
+
+@pytest.mark.parametrize("decay", [0.999, 0.9, 0.05])
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_the_warmup_rate_against_a_step_by_step_product(decay, bias_correction):
+  """move_rate with warmup (log D_1 ... D_t in closed form) against D_t and the running
+  product computed update by update, across the end of the warmup (t = 80 at D = 0.9,
+  8,991 at 0.999; none at 0.05) and far beyond it."""
+  rule = weight_averages.Rule(bias_correction, True, warmup=True)
+  last = 20000
+  decays = step_decays(rule, decay, last)
+  products = np.cumprod(decays)
+  checked = sorted(set(list(range(1, 200)) + [8990, 8991, 8992, 9000, last]))
+  with tf.Graph().as_default():
+    step = tf.placeholder(tf.int64, [])
+    rate = weight_averages.move_rate(decay, step, bias_correction, warmup=True)
+    with tf.Session() as sess:
+      got = [sess.run(rate, {step: t - 1}) for t in checked]
+  for t, have in zip(checked, got):
+    want = (1 - decays[t - 1]) / (1 - products[t - 1]) if bias_correction else 1 - decays[t - 1]
+    np.testing.assert_allclose(have, want, rtol=1e-9, err_msg="t = %d" % t)
+  if bias_correction:
+    assert got[0] == 1.0  # the first update's weights, as without warmup
+  # Far beyond the warmup the rate is 1 - D, the rule without warmup.
+  np.testing.assert_allclose(got[-1], 1 - decay, rtol=1e-9)
 
 
 def test_towers_accumulation_and_replicas_give_one_devices_step_with_both_techniques():
@@ -271,13 +324,14 @@ def test_a_checkpoint_without_averages_is_read_as_it_is(tmp_path):
       "output_bias": "output_bias"}
 
 
-def recorded_checkpoint(directory, decay, correction):
-  return checkpoints.write_arrays({
-      "output_bias": np.array([3.0], np.float32),
-      "output_bias/ExponentialMovingAverage": np.array([2.0], np.float32),
-      weight_averages.RECORDED_DECAY: np.array(decay, np.float32),
-      weight_averages.RECORDED_CORRECTION: np.array(correction, np.float32)},
-                                 str(directory / "model.ckpt"))
+def recorded_checkpoint(directory, decay, correction, warmup=None):
+  arrays = {"output_bias": np.array([3.0], np.float32),
+            "output_bias/ExponentialMovingAverage": np.array([2.0], np.float32),
+            weight_averages.RECORDED_DECAY: np.array(decay, np.float32),
+            weight_averages.RECORDED_CORRECTION: np.array(correction, np.float32)}
+  if warmup is not None:
+    arrays[weight_averages.RECORDED_WARMUP] = np.array(warmup, np.float32)
+  return checkpoints.write_arrays(arrays, str(directory / "model.ckpt"))
 
 
 def test_resuming_needs_the_same_choice(averaged_checkpoint, tmp_path):
@@ -298,6 +352,28 @@ def test_a_checkpoint_from_before_the_record_continues_by_its_rule(averaged_chec
   legacy = weight_averages.Rule(bias_correction=False, recorded=False)
   assert weight_averages.check_resume(averaged_checkpoint, 0.99) == legacy
   assert weight_averages.check_resume(averaged_checkpoint, 0.5, False) == legacy
+
+
+def test_a_resume_keeps_the_recorded_warmup(tmp_path):
+  """--ema_warmup is recorded only when on: a checkpoint without the record (every one
+  written before it existed) has none, and a changed choice is refused either way."""
+  warm = recorded_checkpoint(tmp_path / "warm", 0.999, 1.0, warmup=1.0)
+  corrected = recorded_checkpoint(tmp_path / "corrected", 0.999, 1.0)
+  assert weight_averages.check_resume(warm, 0.999, True, True) == WARMUP
+  assert weight_averages.check_resume(corrected, 0.999, True, False).warmup is False
+  with pytest.raises(UsageError, match=r"^--ema_warmup=false: .*warm/model.ckpt kept its "
+                     r"weight averages with --ema_warmup=true\. Resume with it"):
+    weight_averages.check_resume(warm, 0.999, True, False)
+  with pytest.raises(UsageError, match=r"^--ema_warmup=true: .*corrected/model.ckpt kept its "
+                     r"weight averages with --ema_warmup=false\. Resume with it"):
+    weight_averages.check_resume(corrected, 0.999, True, True)
+
+
+def test_a_checkpoint_from_before_the_record_refuses_warmup(averaged_checkpoint):
+  with pytest.raises(UsageError, match=r"^--ema_warmup: .*ema/model.ckpt kept its weight "
+                     r"averages without warmup \(it was written before the rule was "
+                     r"recorded\)\. Resume without --ema_warmup"):
+    weight_averages.check_resume(averaged_checkpoint, 0.999, True, True)
 
 
 def test_a_resume_keeps_the_recorded_decay_and_rule(tmp_path):
@@ -340,13 +416,14 @@ def all_values(checkpoint):
   return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
-def test_a_resumed_run_continues_the_averages_bit_exactly(tmp_path):
+@pytest.mark.parametrize("warmup", [False, True], ids=["no_warmup", "warmup"])
+def test_a_resumed_run_continues_the_averages_bit_exactly(tmp_path, warmup):
   """Killed after saving step 2 of 5 and resumed: the same bits, averages included."""
   record_file = str(tmp_path / "train.tf_record")
   write_records(record_file, random_batch(np.random.RandomState(2), 24))
 
   def train(name):
-    return runner.train(run_config(tmp_path / name, 5, ema_decay=DECAY),
+    return runner.train(run_config(tmp_path / name, 5, ema_decay=DECAY, ema_warmup=warmup),
                         classifier_model_fn(), train_dataset_fn(record_file, 8))
 
   straight = train("straight")
@@ -363,9 +440,11 @@ def test_a_resumed_run_continues_the_averages_bit_exactly(tmp_path):
   assert np.abs(a["output_weights"] - a["output_weights/ExponentialMovingAverage"]).max() > 1e-3
   assert a[weight_averages.RECORDED_DECAY] == np.float32(DECAY)
   assert a[weight_averages.RECORDED_CORRECTION] == 1.0
+  assert (weight_averages.RECORDED_WARMUP in a) == warmup
   # The resumed run counted on from t = 3: update 5 moved the averages by r_5.
   four = all_values(os.path.join(resumed_dir, "model.ckpt-4"))
-  rate = (1 - DECAY) / (1 - DECAY ** 5)
+  decays = step_decays(WARMUP if warmup else weight_averages.BIAS_CORRECTED, DECAY, 5)
+  rate = (1 - decays[-1]) / (1 - np.prod(decays))
   for name in ("output_weights", "bert/pooler/dense/kernel"):
     average = weight_averages.average_name(name)
     np.testing.assert_allclose(b[average], four[average] * (1 - rate) + b[name] * rate,
@@ -390,9 +469,9 @@ def test_a_checkpoint_from_before_the_record_resumes_by_its_rule(tmp_path):
     os.remove(path)
   stopped = os.path.join(resumed_dir, "model.ckpt-2")
   tf.train.update_checkpoint_state(resumed_dir, stopped)
-  bias_correction, recorded = weight_averages.check_resume(stopped, DECAY)
+  bias_correction, recorded, warmup = weight_averages.check_resume(stopped, DECAY)
   resumed = all_values(train("resumed", ema_bias_correction=bias_correction,
-                             ema_rule_recorded=recorded))
+                             ema_rule_recorded=recorded, ema_warmup=warmup))
   assert set(resumed) == set(straight)
   for name in straight:
     np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
