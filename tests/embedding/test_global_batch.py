@@ -86,9 +86,11 @@ def test_towers_give_the_update_of_one_device_with_the_whole_batch(case):
   one_device = multigpu.plan_devices(1, visible_gpus=0)
   initial, reference, _, _ = train_steps(one_device, batches, "adamw",
                                          model_fn=model_fn_of(loss, texts))
-  plans = {"2 x 4": cpu_plan(2), "4 x 2": cpu_plan(4),
-           "2 devices x 2 towers": two_devices_two_towers("host"),
-           "replicated 2 devices x 2 towers": replicated_plan(4, 2)}
+  plans = {"4 x 2": cpu_plan(4), "replicated 2 devices x 2 towers": replicated_plan(4, 2)}
+  if case == "in_batch_triplets":
+    # Every placement for the loss most sensitive to the rows' order (anchors, positives,
+    # hard negatives, a masked duplicate); the join is the same code for every loss (CI time).
+    plans.update({"2 x 4": cpu_plan(2), "2 devices x 2 towers": two_devices_two_towers("host")})
   for name, plan in plans.items():
     _, final, _, step = train_steps(plan, batches, "adamw", initial,
                                     model_fn=model_fn_of(loss, texts))
