@@ -236,12 +236,21 @@ _DEPENDENT_FLAGS = {
     "unlabeled_file": ("teacher_dir", None),
     "label_separator": ("multi_label", False),
 }
+# Flags read only under some values of another (the embedding losses' settings): left out
+# under the others.
+_READ_ONLY_WITH = {
+    "cosent_scale": ("loss", ("cosent",)),
+    "temperature": ("loss", ("in_batch",)),
+    "positive_threshold": ("loss", ("in_batch",)),
+    "hard_negatives": ("loss", ("in_batch",)),
+}
 SWITCH_SET = "(set)"
 
 
 def training_flags(flag_values=None):
   """The TRAINING_FLAGS the script defines, by name, with their values (JSON types): a
-  _SWITCHES path as SWITCH_SET or None, no flag whose _DEPENDENT_FLAGS parent is off."""
+  _SWITCHES path as SWITCH_SET or None, no flag whose _DEPENDENT_FLAGS parent is off nor
+  any _READ_ONLY_WITH flag under another value of its parent."""
   flag_values = FLAGS if flag_values is None else flag_values
   values = collections.OrderedDict()
   for name in TRAINING_FLAGS:
@@ -250,6 +259,10 @@ def training_flags(flag_values=None):
     parent, off = _DEPENDENT_FLAGS.get(name, (None, None))
     if parent is not None and parent in flag_values and (
         getattr(flag_values, parent) or None) == (off or None):
+      continue
+    parent, used_with = _READ_ONLY_WITH.get(name, (None, ()))
+    if parent is not None and parent in flag_values and (
+        getattr(flag_values, parent) not in used_with):
       continue
     value = getattr(flag_values, name)
     values[name] = (SWITCH_SET if value else None) if name in _SWITCHES else value
@@ -265,6 +278,8 @@ def job_settings(flag_values=None):
       "num_train_epochs", "warmup_proportion", "num_train_steps", "num_warmup_steps"]
             if name in flag_values}
   fields["attack"] = attack(flag_values)
+  if "ema_warmup" in flag_values and not flag_values["ema_warmup"].present:
+    fields["ema_warmup"] = None  # the default for a new run, the checkpoint's rule on resume
   if do_train:
     fields["training_flags"] = training_flags(flag_values)
   return run_settings.JobSettings(flag_value(flag_values, "output_dir"), do_train,
@@ -371,10 +386,11 @@ def define_fine_tuning_flags():
                        "(1 - D) / (1 - D^t), so they average the weights after each update "
                        "(bert4keras's default). false: by 1 - D from the starting weights, "
                        "the rule before it.")
-  tf.flags.DEFINE_bool("ema_warmup", False, "Warm the weight averages' decay up as "
+  tf.flags.DEFINE_bool("ema_warmup", True, "Warm the weight averages' decay up as "
                        "tf.train.ExponentialMovingAverage(num_updates=t) does: update t uses "
                        "min(D, (1 + t) / (10 + t)), so a short run averages only its last "
-                       "updates (about t / 10 of them) (docs/TRAINING.md).")
+                       "updates (about t / 10 of them) (docs/TRAINING.md). A resume keeps "
+                       "its checkpoint's choice unless this is given.")
   tf.flags.DEFINE_enum("adversarial", "none", list(adversarial.METHODS), "Adversarial "
                        "training on the token-embedding table, its step taken from the whole "
                        "global batch's gradient: fgm (one more forward and backward pass per "

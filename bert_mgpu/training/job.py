@@ -170,25 +170,33 @@ def record_file_inference(config, model_fn, record_files, spec, do_eval, do_pred
 
 def _check_resume(config):
   """Refuses to resume a checkpoint whose weight averages --ema_decay does not match, and
-  sets the rule they follow (a resumed run keeps its checkpoint's).
+  sets the rule they follow (a resumed run keeps its checkpoint's; --ema_warmup, when not
+  given, takes its default for a new run).
 
   Every worker that sees output_dir's checkpoint decides alike; one that does not (another
   machine) takes the flags' rule, and the workers' settings check refuses a difference.
   """
   latest = checkpoints.latest_checkpoint(config.output_dir)
+  given_warmup = config.ema_warmup  # None: --ema_warmup not given
+  config.ema_warmup = weight_averages.warmup_or_default(given_warmup)
   if latest:
     rule = weight_averages.check_resume(latest, config.ema_decay, config.ema_bias_correction,
-                                        config.ema_warmup)
+                                        given_warmup)
     config.ema_bias_correction, config.ema_rule_recorded, config.ema_warmup = rule
-    if "ema_bias_correction" in (config.training_flags or {}):
-      # Compared and recorded as the rule in effect (a checkpoint's from before the record
-      # keeps the old one, whatever the flag says).
-      config.training_flags["ema_bias_correction"] = rule.bias_correction
     if config.ema_decay > 0 and not rule.recorded:
       tf.logging.warning(
           "%s was written before weight averages were bias-corrected: this run continues "
           "its averages by that rule (from the start weights, moved by 1 - D). A new run "
           "corrects them (docs/TRAINING.md).", latest)
+    elif config.ema_decay > 0 and rule.warmup != weight_averages.warmup_or_default(None):
+      tf.logging.info("%s kept its weight averages without --ema_warmup: this run continues "
+                      "them so (a new run warms the decay up by default).", latest)
+  for name, value in (("ema_bias_correction", config.ema_bias_correction),
+                      ("ema_warmup", config.ema_warmup)):
+    if name in (config.training_flags or {}):
+      # Compared and recorded as the rule in effect (a checkpoint's from before the record
+      # keeps the old one, whatever the flags say).
+      config.training_flags[name] = value
 
 
 def _check_training_flags(config):

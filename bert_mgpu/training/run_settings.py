@@ -162,11 +162,12 @@ RUN_DEFAULTS = collections.OrderedDict([
     ("optimizer", "adamw"), ("adam_bias_correction", False),
     # The classifier's and NER's --layerwise_lr_decay (1.0: one rate for every layer).
     ("layerwise_lr_decay", 1.0),
-    # Their --ema_decay (0: no weight averages), --ema_bias_correction and --ema_warmup; the
-    # job sets ema_rule_recorded False to resume averages written before their rule was
-    # recorded (weight_averages.check_resume).
+    # Their --ema_decay (0: no weight averages), --ema_bias_correction and --ema_warmup (None:
+    # not given: the default for a new run, the checkpoint's rule on resume); the job sets
+    # ema_rule_recorded False to resume averages written before their rule was recorded
+    # (weight_averages.check_resume).
     ("ema_decay", 0.0), ("ema_bias_correction", True), ("ema_rule_recorded", True),
-    ("ema_warmup", False),
+    ("ema_warmup", None),
     # Their --adversarial: an adversarial.Attack, or None.
     ("attack", None),
     # Their --rdrop_alpha (0: one pass per batch).
@@ -288,7 +289,7 @@ class RunConfig(object):
   def ema_rule(self):
     """The weight averages' weight_averages.Rule."""
     return weight_averages.Rule(bool(self.ema_bias_correction), bool(self.ema_rule_recorded),
-                                bool(self.ema_warmup))
+                                weight_averages.warmup_or_default(self.ema_warmup))
 
   @property
   def adversarial_passes(self):

@@ -128,8 +128,10 @@ def ema_run(demo_data, tmp_path_factory):
   result = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
                                      export_dir=export_base, random_seed=7))
   cli.assert_succeeded(result)
-  assert ("weight averages with decay 0.5, bias-corrected: each update moves them by "
-          "(1 - D) / (1 - D^t)") in result.stderr
+  assert ("weight averages with decay 0.5, bias-corrected with warmup: update t moves them "
+          "by (1 - D_t) / (1 - D_1 ... D_t), D_t = min(D, (1 + t) / (10 + t))") in result.stderr
+  assert tf.train.load_checkpoint(tf.train.latest_checkpoint(output_dir)).get_tensor(
+      weight_averages.RECORDED_WARMUP) == 1.0  # the default
   texts = [text for _, text in demo_data.test]
   probabilities = np.array([[float(p) for p in line.split("\t")] for line in
                             read_lines(os.path.join(output_dir, "test_results.tsv"))])
@@ -215,6 +217,49 @@ def test_a_later_run_starts_from_the_averages(ema_run, demo_data, tmp_path):
   np.testing.assert_allclose(started.get_tensor("output_weights"), average, atol=1e-6)
 
 
+def test_an_output_dir_from_before_warmup_resumes_without_it(ema_run, demo_data, tmp_path):
+  """An output_dir written before --ema_warmup existed (its checkpoint records D and the
+  correction, not warmup; its training_flags.json has no ema_warmup): resumed without the
+  flag, its averages continue without warmup, one line says so, and the record says false;
+  with --ema_warmup given, refused."""
+  output_dir = str(tmp_path / "before_warmup")
+  shutil.copytree(ema_run[0], output_dir)
+  latest = tf.train.latest_checkpoint(output_dir)
+  reader = tf.train.load_checkpoint(latest)
+  old = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+         if name != weight_averages.RECORDED_WARMUP}
+  for path in glob.glob(latest + ".*"):
+    os.remove(path)
+  checkpoints.write_arrays(old, latest)
+  record_file = os.path.join(output_dir, "training_flags.json")
+  with open(record_file, encoding="utf-8") as f:
+    record = json.load(f)
+  del record["flags"]["ema_warmup"]
+  with open(record_file, "w", encoding="utf-8") as f:
+    json.dump(record, f)
+  before = directory_state(output_dir)
+  refused = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
+                                      ema_warmup=True, num_train_epochs=3))
+  cli.assert_one_line_error(refused, "--ema_warmup=true: ",
+                            "kept its weight averages with --ema_warmup=false")
+  assert directory_state(output_dir) == before
+  result = run_classifier(base_flags(demo_data, output_dir, ema_decay=EMA_DECAY,
+                                     random_seed=7, do_eval=False, do_predict=False,
+                                     num_train_epochs=3))
+  cli.assert_succeeded(result)
+  assert "kept its weight averages without --ema_warmup: this run continues them so" in (
+      result.stderr)
+  assert ("weight averages with decay 0.5, bias-corrected: each update moves them by "
+          "(1 - D) / (1 - D^t)") in result.stderr
+  with open(record_file, encoding="utf-8") as f:
+    assert json.load(f)["flags"]["ema_warmup"] is False  # the rule in effect
+  continued = tf.train.latest_checkpoint(output_dir)
+  assert continued != latest
+  names = [name for name, _ in tf.train.list_variables(continued)]
+  assert weight_averages.RECORDED_CORRECTION in names
+  assert weight_averages.RECORDED_WARMUP not in names
+
+
 def test_an_output_dir_from_before_the_record_resumes_by_its_rule(ema_run, demo_data,
                                                                    tmp_path):
   """An output_dir whose averages have no record (written before the correction): a longer
@@ -263,8 +308,8 @@ def test_resuming_with_another_choice_is_one_line_and_writes_nothing(ema_run, ru
       (ema_run[0], {"ema_decay": EMA_DECAY, "ema_bias_correction": False},
        ["--ema_bias_correction=false: ",
         "kept its weight averages with --ema_bias_correction=true"]),
-      (ema_run[0], {"ema_decay": EMA_DECAY, "ema_warmup": True},
-       ["--ema_warmup=true: ", "kept its weight averages with --ema_warmup=false"])):
+      (ema_run[0], {"ema_decay": EMA_DECAY, "ema_warmup": False},
+       ["--ema_warmup=false: ", "kept its weight averages with --ema_warmup=true"])):
     before = directory_state(output_dir)
     result = run_classifier(base_flags(demo_data, output_dir, **extra))
     cli.assert_one_line_error(result, *message)

@@ -215,3 +215,22 @@ def test_a_setting_of_a_technique_that_is_off_is_not_recorded():
       "ema_decay": 0.999, "ema_bias_correction": True, "adversarial": "fgm",
       "adversarial_epsilon": 0.5, "teacher_dir": "(set)", "unlabeled_file": "(set)",
       "distill_alpha": 0.9, "multi_label": False}
+
+
+def test_an_embedding_loss_setting_is_recorded_only_under_its_loss():
+  """--cosent_scale is read only by --loss=cosent, --temperature, --positive_threshold and
+  --hard_negatives only by in_batch: under another loss they are not recorded, so changing
+  them on resume needs no override."""
+  flag_values = absl_flags.FlagValues()
+  absl_flags.DEFINE_string("loss", "cosent", "", flag_values=flag_values)
+  absl_flags.DEFINE_float("cosent_scale", 20.0, "", flag_values=flag_values)
+  absl_flags.DEFINE_float("temperature", 0.05, "", flag_values=flag_values)
+  absl_flags.DEFINE_float("positive_threshold", None, "", flag_values=flag_values)
+  absl_flags.DEFINE_integer("hard_negatives", 1, "", flag_values=flag_values)
+  flag_values(["script.py", "--temperature=0.1"])
+  assert command_line.training_flags(flag_values) == {"loss": "cosent", "cosent_scale": 20.0}
+  flag_values(["script.py", "--loss=in_batch", "--cosent_scale=30"])
+  assert command_line.training_flags(flag_values) == {
+      "loss": "in_batch", "temperature": 0.1, "positive_threshold": None, "hard_negatives": 1}
+  flag_values(["script.py", "--loss=softmax"])
+  assert command_line.training_flags(flag_values) == {"loss": "softmax"}

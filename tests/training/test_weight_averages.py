@@ -173,21 +173,24 @@ def test_the_warmup_rate_against_a_step_by_step_product(decay, bias_correction):
   np.testing.assert_allclose(got[-1], 1 - decay, rtol=1e-9)
 
 
-def test_towers_accumulation_and_replicas_give_one_devices_step_with_both_techniques():
+@pytest.mark.parametrize("rule", [weight_averages.BIAS_CORRECTED, WARMUP],
+                         ids=["bias_corrected", "warmup"])
+def test_towers_accumulation_and_replicas_give_one_devices_step_with_both_techniques(rule):
   """--ema_decay and --layerwise_lr_decay together (dropout off): 2 towers, 2 accumulated
   micro-batches and 2 replicas give one device's weights and averages, and one device's
   averages are the bias-corrected average of its weights after each update."""
   rng = np.random.RandomState(23)
   batches = [random_batch(rng, 8) for _ in range(2)]
-  both = dict(layerwise_lr_decay=0.5, ema_decay=DECAY)
+  both = dict(layerwise_lr_decay=0.5, ema_decay=DECAY, ema_rule=rule)
   history = []
   initial, one_device_weights, values, _ = train_steps(cpu_plan(1), batches, "adamw",
                                                        weights_after_each=history, **both)
   one_device = averages_of(values)
   assert sorted(one_device) == sorted(initial)
   for name, value in one_device.items():
-    np.testing.assert_allclose(value, corrected_average([w[name] for w in history], DECAY),
-                               rtol=1e-5, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(
+        value, expected_average(rule, initial[name], [w[name] for w in history], DECAY),
+        rtol=1e-5, atol=1e-7, err_msg=name)
   for plan, accumulation in ((cpu_plan(2), 1), (cpu_plan(2), 2),
                              (REPLICATED, 1), (REPLICATED, 2)):
     _, weights, values, _ = train_steps(plan, batches, "adamw", initial, accumulation, **both)
@@ -203,8 +206,10 @@ def test_towers_accumulation_and_replicas_give_one_devices_step_with_both_techni
     # One record of the rule, whatever the replicas.
     assert values[weight_averages.RECORDED_DECAY] == np.float32(DECAY)
     assert values[weight_averages.RECORDED_CORRECTION] == 1.0
+    assert values.get(weight_averages.RECORDED_WARMUP, 0.0) == float(rule.warmup)
   # The comparison can fail: without layer-wise rates the average moves otherwise.
-  _, _, values, _ = train_steps(cpu_plan(1), batches, "adamw", initial, ema_decay=DECAY)
+  _, _, values, _ = train_steps(cpu_plan(1), batches, "adamw", initial, ema_decay=DECAY,
+                                ema_rule=rule)
   assert relative_update_difference(initial, one_device, averages_of(values)) > 1e-2
 
 
@@ -337,7 +342,9 @@ def recorded_checkpoint(directory, decay, correction, warmup=None):
 def test_resuming_needs_the_same_choice(averaged_checkpoint, tmp_path):
   plain = checkpoints.write_arrays({"output_bias": np.array([3.0], np.float32)},
                                    str(tmp_path / "plain" / "model.ckpt"))
-  assert weight_averages.check_resume(plain, 0.0) == weight_averages.BIAS_CORRECTED
+  assert weight_averages.check_resume(plain, 0.0, warmup=False) == (
+      weight_averages.BIAS_CORRECTED)
+  assert weight_averages.check_resume(plain, 0.0) == WARMUP  # not given: the default
   with pytest.raises(UsageError, match=r"--ema_decay=0.99: .*plain/model.ckpt was trained "
                      r"without it and has no weight averages to continue"):
     weight_averages.check_resume(plain, 0.99)
@@ -361,6 +368,10 @@ def test_a_resume_keeps_the_recorded_warmup(tmp_path):
   corrected = recorded_checkpoint(tmp_path / "corrected", 0.999, 1.0)
   assert weight_averages.check_resume(warm, 0.999, True, True) == WARMUP
   assert weight_averages.check_resume(corrected, 0.999, True, False).warmup is False
+  # Not given (None): the checkpoint's rule, whichever it is.
+  assert weight_averages.check_resume(warm, 0.999, True, None) == WARMUP
+  assert weight_averages.check_resume(corrected, 0.999, True, None) == (
+      weight_averages.BIAS_CORRECTED)
   with pytest.raises(UsageError, match=r"^--ema_warmup=false: .*warm/model.ckpt kept its "
                      r"weight averages with --ema_warmup=true\. Resume with it"):
     weight_averages.check_resume(warm, 0.999, True, False)
@@ -461,7 +472,8 @@ def test_a_checkpoint_from_before_the_record_resumes_by_its_rule(tmp_path):
     return runner.train(run_config(tmp_path / name, 5, ema_decay=DECAY, **rule),
                         classifier_model_fn(), train_dataset_fn(record_file, 8))
 
-  straight = all_values(train("straight", ema_bias_correction=False, ema_rule_recorded=False))
+  straight = all_values(train("straight", ema_bias_correction=False, ema_rule_recorded=False,
+                              ema_warmup=False))
   assert weight_averages.RECORDED_DECAY not in straight
   resumed_dir = str(tmp_path / "resumed")
   shutil.copytree(str(tmp_path / "straight"), resumed_dir)
