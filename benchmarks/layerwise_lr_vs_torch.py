@@ -12,7 +12,8 @@ once by NumPy under Google's names, and trains it for STEPS steps on fixed batch
 multigpu.build_training: `--adam_bias_correction` AdamW, Google's warmup-then-decay rate,
 global-norm clip 1.0, weight decay 0.01 except LayerNorm and biases, layer-wise decay
 DECAY; on 1 tower, on 2 towers, and on 1 tower without the decay (1.0), for contrast; every
-run keeps weight averages with decay EMA_DECAY (weight_averages.py, bias-corrected).
+run keeps weight averages with decay EMA_DECAY (weight_averages.py: bias-corrected, with the
+decay warmed up as the run scripts do by default, --ema_warmup).
 `torch` loads the same weights into transformers' BertForSequenceClassification (eager
 attention, eval mode, dropout 0), trains it on the same batches with the mean cross-entropy,
 torch.nn.utils.clip_grad_norm_(1.0) and torch.optim.AdamW (eps 1e-6), one parameter group per
@@ -22,9 +23,10 @@ and classifier 1), and prints, per step and run, the largest |ours - torch| rela
 largest weight change so far: overall, and per group (the embeddings, each layer, the
 head with the pooler, and the attention key biases apart: see group_of), each relative to
 that group's own change. After each step t torch's side keeps its own bias-corrected
-average of every parameter as bert4keras defines it: a sum started at zero,
-zero_started.mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY), divided by 1 - EMA_DECAY^t
-(our side moves its averages by (1 - D) / (1 - D^t) instead, which is the same quantity);
+average of every parameter as bert4keras defines it, with TF's warmed-up decay
+D_t = min(EMA_DECAY, (1 + t) / (10 + t)): a sum started at zero,
+zero_started.mul_(D_t).add_(param, alpha=1 - D_t), divided by 1 - D_1 D_2 ... D_t (our side
+moves its averages by (1 - D_t) / (1 - D_1 ... D_t) instead, which is the same quantity);
 the largest |ours - torch| of the averages is printed relative to the largest move of
 torch's averages.
 
@@ -108,7 +110,8 @@ def run_ours(out):
       ops = multigpu.build_training(
           plan, classifier_model.create_model_fn(config, NUM_LABELS), placeholders, PEAK_LR,
           NUM_TRAIN_STEPS, WARMUP, "adamw", clip_norm=1.0, adam_bias_correction=True,
-          layerwise_lr_decay=decay, ema_decay=EMA_DECAY)
+          layerwise_lr_decay=decay, ema_decay=EMA_DECAY,
+          ema_rule=weight_averages.Rule(bias_correction=True, recorded=True, warmup=True))
       start_averages = weight_averages.build_start()
       variables = tf.trainable_variables()
       averages = weight_averages.used_variables(variables)
@@ -197,6 +200,7 @@ def run_torch(ours_path):
   theirs = []  # per step: (torch's weights under Google's names and layouts, rate, norm)
   zero_started = {name: torch.zeros_like(param) for name, param in model.named_parameters()}
   averages = []  # per step: torch's averages under Google's names and layouts
+  decay_product = 1.0  # D_1 ... D_t
   for step, batch in enumerate(batches(), 1):
     rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
     optimizer.zero_grad(set_to_none=True)
@@ -209,11 +213,12 @@ def run_torch(ours_path):
     optimizer.step()
     scheduler.step()
     theirs.append((hf_common.google_arrays(model), rate, norm))
+    step_decay = min(EMA_DECAY, (1.0 + step) / (10.0 + step))
+    decay_product *= step_decay
     with torch.no_grad():
       for name, param in model.named_parameters():
-        zero_started[name].mul_(EMA_DECAY).add_(param, alpha=1 - EMA_DECAY)
-      corrected = [(name, value / (1 - EMA_DECAY ** step))
-                   for name, value in zero_started.items()]
+        zero_started[name].mul_(step_decay).add_(param, alpha=1 - step_decay)
+      corrected = [(name, value / (1 - decay_product)) for name, value in zero_started.items()]
     averages.append(hf_common.named_google_arrays(corrected))
   compare(ours, initial, theirs)
   compare_averages(ours, initial, averages)
