@@ -188,7 +188,7 @@ def _check_resume(config):
           "%s was written before weight averages were bias-corrected: this run continues "
           "its averages by that rule (from the start weights, moved by 1 - D). A new run "
           "corrects them (docs/TRAINING.md).", latest)
-    elif config.ema_decay > 0 and rule.warmup != weight_averages.warmup_or_default(None):
+    elif config.ema_decay > 0 and given_warmup is None and not rule.warmup:
       tf.logging.info("%s kept its weight averages without --ema_warmup: this run continues "
                       "them so (a new run warms the decay up by default).", latest)
   for name, value in (("ema_bias_correction", config.ema_bias_correction),

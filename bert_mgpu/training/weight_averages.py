@@ -31,7 +31,8 @@ for D = 0.999). The general rate, for both rules and their combination, is
 A checkpoint records the rule beside the shadows: RECORDED_DECAY (D),
 RECORDED_CORRECTION (1.0 for the bias-corrected rule, 0.0 without it) and, only with
 --ema_warmup, RECORDED_WARMUP (1.0), scalars that never change (a checkpoint without
-RECORDED_WARMUP has no warmup, so checkpoints written before it exist restore as they are). A checkpoint with shadows and no record was written before the correction existed:
+RECORDED_WARMUP has no warmup, so checkpoints written before it existed restore as they
+are). A checkpoint with shadows and no record was written before the correction existed:
 a resume of it continues its averages by the old rule (check_resume says which rule a run
 follows, and refuses a changed D or rule). Readers of the model skip the record like any
 training state.
