@@ -99,14 +99,46 @@ def define_flags():
                        "many milliseconds of the first waiting one run as one batch.")
   flags.DEFINE_integer("max_batch", 256, "With --serve: at most this many texts per batch; "
                        "a larger request runs in chunks of this many.")
-  flags.DEFINE_integer("max_request_texts", kinds.InputLimits().max_texts, "With --serve: at most this many texts per "
-                       "request (more: 413).")
-  flags.DEFINE_integer("max_context_chars", kinds.InputLimits().max_context_chars,
-                       "A reading-comprehension model: the longest context a question may "
-                       "come with, in characters (longer: refused, naming the line or the "
-                       "request's item).")
+  flags.DEFINE_integer("max_request_texts", kinds.InputLimits().max_texts, "With --serve: at "
+                       "most this many texts per request (more: 413).")
   flags.DEFINE_integer("drain_seconds", 30, "With --serve: after SIGTERM, wait at most this "
                        "long for the requests being answered.")
+  define_kind_flags()
+
+
+# absl's definition of each KindFlag type.
+_DEFINE_KIND_FLAG = {"integer": flags.DEFINE_integer, "float": flags.DEFINE_float,
+                     "string": flags.DEFINE_string, "bool": flags.DEFINE_bool}
+
+
+def define_kind_flags():
+  """Defines every known kind's own flags (serving/kinds.KindFlag): absl reads the command
+  line before the model, and so its kind, is known."""
+  for name, (flag, _) in kinds.all_flags().items():
+    _DEFINE_KIND_FLAG[flag.type](name, flag.default, flag.help)
+
+
+def kind_flag_values():
+  """dict name -> value of every kind's own flag (InputLimits.kind_flags)."""
+  return {name: FLAGS[name].value for name in kinds.all_flags()}
+
+
+def check_kind_flag_values():
+  """Raises UsageError for a kind's number flag below its minimum."""
+  for name, (flag, _) in kinds.all_flags().items():
+    if flag.minimum is not None and FLAGS[name].value < flag.minimum:
+      raise UsageError("--%s=%s: it must be at least %s." % (name, FLAGS[name].value,
+                                                              flag.minimum))
+
+
+def check_kind_flags(model):
+  """Raises UsageError for a kind's flag given for a model of another kind."""
+  kind = model.files.kind
+  for name, (_, owners) in kinds.all_flags().items():
+    if FLAGS[name].present and kind.name not in owners:
+      raise UsageError("--%s is for %s; %s is %s: drop --%s." % (
+          name, " or ".join(kinds.describe(owner) for owner in owners),
+          FLAGS.export_dir or FLAGS.output_dir, kind.description, name))
 
 
 def training_scripts():
@@ -119,7 +151,8 @@ def check_flags():
   if bool(FLAGS.export_dir) == bool(FLAGS.output_dir):
     raise UsageError("give exactly one of --export_dir (an export) and --output_dir "
                      "(a trained %s output_dir)." % training_scripts())
-  command_line_base.check_positive(("max_batch", "max_request_texts", "max_context_chars"))
+  command_line_base.check_positive(("max_batch", "max_request_texts"))
+  check_kind_flag_values()
   check_backend_flags()
   for name in ("batch_window_ms", "drain_seconds", "onnx_threads"):
     if getattr(FLAGS, name) < 0:
@@ -182,8 +215,7 @@ def write_output(text):
 
 def input_limits():
   """The kinds.InputLimits of the flags."""
-  return kinds.InputLimits(max_texts=FLAGS.max_request_texts,
-                           max_context_chars=FLAGS.max_context_chars)
+  return kinds.InputLimits(max_texts=FLAGS.max_request_texts, kind_flags=kind_flag_values())
 
 
 def load_tensorflow_model():
@@ -247,14 +279,19 @@ def load_model():
   not built (its files, tokenizer and kind). Raises UsageError."""
   model = load_onnx_model() if FLAGS.backend == "onnxruntime" else load_tensorflow_model()
   check_text_b(model)
+  check_kind_flags(model)
   return model
 
 
 def make_predictor(model):
-  """The serving/kinds.TextPredictor of a load_model() model, built with --backend."""
+  """The serving/kinds.TextPredictor of a load_model() model, built with --backend, given
+  the values of its kind's own flags."""
   if FLAGS.backend == "onnxruntime":
-    return make_onnx_predictor(model)
-  return make_tensorflow_predictor(model)
+    predictor = make_onnx_predictor(model)
+  else:
+    predictor = make_tensorflow_predictor(model)
+  predictor.use_flags({flag.name: FLAGS[flag.name].value for flag in model.files.kind.flags})
+  return predictor
 
 
 def load_predictor():

@@ -469,7 +469,7 @@ def split_accuracy(predictors, data_dir, split):
   probabilities, labels, records = {}, {}, []
   for backend, predictor in predictors.items():
     start = time.time()
-    probabilities[backend] = predictor.predict(features)
+    probabilities[backend] = predictor.predict(features)["probabilities"]
     seconds = time.time() - start
     labels[backend] = np.array(predictor.predicted_labels(probabilities[backend]))
     records.append({"measurement": "accuracy", "split": split, "backend": backend,

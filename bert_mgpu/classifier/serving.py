@@ -199,6 +199,10 @@ Fields:
 """
 
 
+# The runners' one output: [texts, num_labels], in label-list order.
+PROBABILITIES = "probabilities"
+
+
 class ClassifierPredictor(kinds.TextPredictor):
   """A classifier: texts (or text pairs) in, labels and probabilities out."""
 
@@ -212,8 +216,9 @@ class ClassifierPredictor(kinds.TextPredictor):
     return predicted_labels(self.model.files, probabilities)
 
   def decode(self, featurized, outputs):
+    probabilities = outputs[PROBABILITIES]  # [texts, num_labels]
     return [ClassifierRecord(labels, row)
-            for labels, row in zip(self.predicted_labels(outputs), outputs)]
+            for labels, row in zip(self.predicted_labels(probabilities), probabilities)]
 
   def file_text(self, records):
     """label<TAB>probability<TAB>all probabilities per text; for a multi-label classifier,
@@ -270,12 +275,16 @@ class ClassifierKind(kinds.ServableKind):
   def input_rank(self, settings):
     return 3 if is_windowed(settings) else 2
 
+  def outputs(self, files):
+    return collections.OrderedDict([
+        (PROBABILITIES, model_inputs.OutputSpec((len(files.labels),)))])
+
   def onnx_outputs(self, files):
-    return {"probabilities": ("tensor(float)", [None, len(files.labels)])}
+    return {PROBABILITIES: ("tensor(float)", [None, len(files.labels)])}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
     return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
-                                  "probabilities", len(model.files.labels))
+                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return ClassifierPredictor(model, runner)

@@ -54,6 +54,9 @@ from bert_mgpu.serving import onnx_predictor
 _LOGGER = logging.getLogger("tensorflow")
 
 NER_KIND = "ner"
+# The runners' output: the tag id of each piece, int32 [windows, seq] (0 on [CLS], [SEP],
+# padding and "##" pieces).
+TAG_IDS = "tag_ids"
 
 
 def ner_settings(do_lower_case, max_seq_length, doc_stride, use_crf):
@@ -103,8 +106,10 @@ Fields:
 class WindowPredictor(kinds.TextPredictor):
   """What both NER kinds' predictors share: raw texts windowed (each line one sentence,
   each character one token), each sentence's spans from its windows' outputs into
-  predict_entities.jsonl records. A subclass says what no window gives (_no_windows) and
-  how a sentence's windows' outputs become its spans (_sentence_spans)."""
+  predict_entities.jsonl records. A subclass says how a sentence's windows' outputs become
+  its spans (_sentence_spans), from its runner's output _OUTPUT."""
+
+  _OUTPUT = None
 
   def __init__(self, model, runner):
     super(WindowPredictor, self).__init__(model, runner)
@@ -131,23 +136,15 @@ class WindowPredictor(kinds.TextPredictor):
     return NerFeatures(model_inputs.Features(arrays, np.zeros([len(windows)], np.bool_)),
                        sentences, featurized)
 
-  def predict(self, features):
-    if not len(features.truncated):
-      return self._no_windows()
-    return self._runner.predict(features)
-
   def decode(self, featurized, outputs):
     """predict_entities.jsonl records of the texts, from their windows' outputs."""
     records, start = [], 0
+    rows = outputs[self._OUTPUT]  # [windows, ...]
     for sentence, (aligned, windows) in zip(featurized.sentences, featurized.featurized):
-      spans = self._sentence_spans(aligned, windows, outputs[start:start + len(windows)])
+      spans = self._sentence_spans(aligned, windows, rows[start:start + len(windows)])
       records.append(writers.entity_records(sentence, spans))
       start += len(windows)
     return records
-
-  def _no_windows(self):
-    """predict()'s output when there is no window: an empty array of the runner's shape."""
-    raise NotImplementedError
 
   def _sentence_spans(self, aligned, windows, rows):
     """A sentence's (type, start, end) token spans from its windows' rows of outputs."""
@@ -170,15 +167,14 @@ class WindowPredictor(kinds.TextPredictor):
 
 
 class NerPredictor(WindowPredictor):
-  """An NER model around a tagger of windows: predict(model_inputs.Features) -> int32
-  [windows, max_seq_length] tag ids."""
+  """An NER model around a tagger of windows: predict(model_inputs.Features) -> TAG_IDS,
+  int32 [windows, seq]."""
+
+  _OUTPUT = TAG_IDS
 
   def __init__(self, model, tagger):
     super(NerPredictor, self).__init__(model, tagger)
     self.scheme = ner_scoring.detect_scheme(self.labels)
-
-  def _no_windows(self):
-    return np.zeros([0, self.max_seq_length], np.int32)
 
   def _sentence_spans(self, aligned, windows, rows):
     tags = featurizing.tags_from_windows(aligned, windows, rows, self.labels,
@@ -193,22 +189,14 @@ class NerPredictor(WindowPredictor):
 class OnnxTagger(onnx_predictor.OnnxRun):
   """An NER model's windows on ONNX Runtime: tag ids, decoded in NumPy with a CRF."""
 
-  def _run_batch(self, arrays):
-    """int32 [batch, max_seq_length] tag ids of one batch of windows (cut to its longest)."""
-    feed = {name: arrays[name] for name in MODEL_INPUTS}
+  def run_batch(self, arrays):
+    """TAG_IDS, int32 [batch, seq], of one batch of windows (cut to its longest)."""
     transitions = self.model.assets.get("crf_transitions")
     if transitions is None:
-      tag_ids = self._session.run(["tag_ids"], feed)[0]
-    else:
-      tag_ids = crf_tag_ids(self._session.run(["probabilities"], feed)[0],
-                            arrays["tag_mask"], transitions)
-    padded = np.zeros([len(tag_ids), self.max_seq_length], np.int32)
-    padded[:, :tag_ids.shape[1]] = tag_ids
-    return padded
-
-  def predict(self, features):
-    """Tag ids of featurized windows: np.int32 [windows, max_seq_length]."""
-    return self._predict_in_batches(features.arrays, self._run_batch)
+      return super(OnnxTagger, self).run_batch(arrays)
+    probabilities = self._session.run(
+        ["probabilities"], {name: arrays[name] for name in MODEL_INPUTS})[0]
+    return {TAG_IDS: crf_tag_ids(probabilities, arrays["tag_mask"], transitions)}
 
 
 def crf_tag_ids(probabilities, tag_mask, transitions):
@@ -244,10 +232,14 @@ class NerKind(kinds.ServableKind):
   def read_labels(self, path):
     return tag_labels.read_label_file(path)
 
+  def outputs(self, files):
+    return collections.OrderedDict([
+        (TAG_IDS, model_inputs.OutputSpec((model_inputs.SEQUENCE,), np.int32))])
+
   def onnx_outputs(self, files):
     outputs = {"probabilities": ("tensor(float)", [None, None, len(files.labels)])}
     if not files.settings["use_crf"]:
-      outputs["tag_ids"] = ("tensor(int32)", [None, None])
+      outputs[TAG_IDS] = ("tensor(int32)", [None, None])
     return outputs
 
   def read_onnx_assets(self, assets_dir, files):
@@ -262,7 +254,7 @@ class NerKind(kinds.ServableKind):
     return {"crf_transitions": crf_numpy.read_transitions(path, files.labels)}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
-    return OnnxTagger(model, session, batch_size, length_multiple)
+    return OnnxTagger(model, session, batch_size, length_multiple, self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return NerPredictor(model, runner)
@@ -300,10 +292,9 @@ def window_outputs(spans):
 
 class SpanPredictor(WindowPredictor):
   """A span head's model (entities may nest) around a runner of windows:
-  predict(model_inputs.Features) -> float32 [windows, max_seq_length, 4] (SPANS_OUTPUT)."""
+  predict(model_inputs.Features) -> SPANS_OUTPUT, float32 [windows, max_seq_length, 4]."""
 
-  def _no_windows(self):
-    return np.zeros([0, self.max_seq_length, 4], np.float32)
+  _OUTPUT = SPANS_OUTPUT
 
   def _sentence_spans(self, aligned, windows, rows):
     return span_windows.spans_from_windows(aligned, windows, window_outputs(rows),
@@ -322,12 +313,17 @@ class SpanKind(kinds.ServableKind):
   def read_labels(self, path):
     return entity_types.read_type_file(path)
 
+  def outputs(self, files):
+    # The best pairs of a window, max_seq_length of them whatever its length.
+    return collections.OrderedDict([(SPANS_OUTPUT, model_inputs.OutputSpec(
+        (files.settings["max_seq_length"], 4)))])
+
   def onnx_outputs(self, files):
     return {SPANS_OUTPUT: ("tensor(float)", [None, files.settings["max_seq_length"], 4])}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
     return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
-                                  output_name=SPANS_OUTPUT)
+                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return SpanPredictor(model, runner)

@@ -33,17 +33,11 @@ from bert_mgpu.serving import serving_graph
 from bert_mgpu.training import weight_averages
 
 
-def create_model_fn(model, pad_outputs=True):
-  """ner_model's model_fn for a predictor.LoadedModel of an NER model.
-
-  Args:
-    pad_outputs: pad per-piece outputs back to max_seq_length (so that batches of any
-      length concatenate; not in the export, whose outputs keep the input length).
-  """
-  settings = model.files.settings
-  return ner_model.create_model_fn(
-      model.bert_config, len(model.files.labels), settings["use_crf"],
-      max_seq_length=settings["max_seq_length"] if pad_outputs else None)
+def create_model_fn(model):
+  """ner_model's model_fn for a predictor.LoadedModel of an NER model (per-piece outputs
+  as long as the input)."""
+  return ner_model.create_model_fn(model.bert_config, len(model.files.labels),
+                                   model.files.settings["use_crf"])
 
 
 class NerGraph(kinds.KindGraph):
@@ -55,7 +49,7 @@ class NerGraph(kinds.KindGraph):
     table = tf.constant(ner_serving.first_piece_table(model.tokenizer.vocab,
                                                       model.bert_config.vocab_size))
     features["tag_mask"] = tf.gather(table, features["input_ids"]) * features["input_mask"]
-    outputs = create_model_fn(model, pad_outputs=False)(features, False)
+    outputs = create_model_fn(model)(features, False)
     return collections.OrderedDict([
         ("tag_ids", tf.identity(outputs["tag_ids"], name="tag_ids")),  # [batch, seq]
         ("probabilities", tf.identity(outputs["probabilities"], name="probabilities")),
@@ -74,7 +68,8 @@ class NerGraph(kinds.KindGraph):
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
-                               input_names=MODEL_INPUTS + ("tag_mask",), output_name="tag_ids")
+                               model.files.kind.outputs(model.files),
+                               input_names=MODEL_INPUTS + ("tag_mask",))
 
 
 # ---------------------------------------------------------------------------
@@ -83,7 +78,7 @@ class NerGraph(kinds.KindGraph):
 
 def spans_model_fn(model):
   """global_pointer's model_fn for a predictor.LoadedModel, its best pairs stacked into
-  the one SPANS_OUTPUT [batch, max_seq_length, 4]."""
+  the export's one SPANS_OUTPUT [batch, max_seq_length, 4] (the predictor runs the same)."""
   settings = model.files.settings
   model_fn = global_pointer.create_model_fn(model.bert_config, len(model.files.labels),
                                             settings["ner_head"], settings["max_seq_length"])
@@ -112,4 +107,4 @@ class SpanGraph(kinds.KindGraph):
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(model, spans_model_fn(model), devices, batch_size_per_tower,
-                               output_name=ner_serving.SPANS_OUTPUT)
+                               model.files.kind.outputs(model.files))

@@ -37,8 +37,8 @@ class MicroBatcher(object):
   """
 
   def __init__(self, predict_fn, window_seconds, max_batch):
-    """Args: predict_fn: Features -> the model's outputs [n, ...] (a TextPredictor's
-    predict); window_seconds; max_batch."""
+    """Args: predict_fn: Features -> the model's outputs, dict name -> [n, ...] (a
+    TextPredictor's predict); window_seconds; max_batch."""
     self._predict = predict_fn
     self._window = window_seconds
     self._max_batch = max_batch
@@ -111,7 +111,8 @@ class MicroBatcher(object):
                  len(batch), texts)
     start = 0
     for request in batch:
-      request.outputs = outputs[start:start + request.size]
+      request.outputs = {name: output[start:start + request.size]
+                         for name, output in outputs.items()}
       start += request.size
       request.done.set()
 

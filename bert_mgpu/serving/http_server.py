@@ -8,6 +8,7 @@ micro-batched, a drain on SIGTERM.
   GET  /labels   the kind's metadata ({"labels": [...]})
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
                  503 {"status": "draining"} after SIGTERM
+  POST /<route>  a kind's own routes (TextPredictor.routes()), e.g. a search
 """
 
 import http.server
@@ -51,6 +52,12 @@ def parse_request(body, predictor, limits):
     TooManyTexts: more than limits.max_texts texts (kinds.InputLimits), or more than the
       kind takes.
   """
+  return predictor.parse_request(decode_json(body), limits)
+
+
+def decode_json(body):
+  """The decoded JSON of a POST body. Raises BadRequest: not JSON in UTF-8, or a string no
+  UTF-8 reply could carry."""
   try:
     request = text_files.parse_json(body.decode("utf-8"))
   except text_files.DuplicateKeyError as e:
@@ -64,7 +71,7 @@ def parse_request(body, predictor, limits):
     raise BadRequest("a string holds an unpaired surrogate \\u%04x (a broken \\u escape; a "
                      "character outside the BMP is a pair, e.g. \\ud83d\\ude00)" %
                      ord(surrogate))
-  return predictor.parse_request(request, limits)
+  return request
 
 
 def _first_surrogate(value):
@@ -156,6 +163,17 @@ class ServingState(object):
       self.requests += 1
     return predictor.reply(records, truncated, inputs)
 
+  def run_route(self, route, request):
+    """The reply of a kind's own route (TextPredictor.routes()) to a decoded JSON request.
+
+    Raises:
+      BadRequest, TooManyTexts: as the route raises them.
+    """
+    reply = route(request, self.batcher.predict, self.limits)
+    with self._idle:
+      self.requests += 1
+    return reply
+
 
 # ---------------------------------------------------------------------------
 # The server
@@ -202,11 +220,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     else:
       self._reply(404, {"error": "no such path: use POST /predict, GET /labels or /healthz"})
 
+  def _post_routes(self):
+    """The POST paths: /predict, then the kind's own (once the model is loaded)."""
+    predictor = self.state.predictor
+    return ["/predict"] + (sorted(predictor.routes()) if predictor is not None else [])
+
   def _read_body(self):
     """The request body, or None after replying with an error (the connection then closes,
     since the body was not read)."""
-    if self.path != "/predict":
-      self._reply(404, {"error": "no such path: use POST /predict"}, close=True)
+    if self.path not in self._post_routes() and self.state.predictor is not None:
+      self._reply(404, {"error": "no such path: use POST %s" %
+                                 " or ".join(self._post_routes())}, close=True)
     elif self.state.draining:
       self._reply(503, {"error": "the server is shutting down"}, close=True)
     elif self.state.predictor is None:
@@ -235,8 +259,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     body = self._read_body()
     if body is None:
       return
+    route = self.state.predictor.routes().get(self.path)  # None: /predict
     try:
-      inputs = parse_request(body, self.state.predictor, self.state.limits)
+      if route is None:
+        inputs = parse_request(body, self.state.predictor, self.state.limits)
+      else:
+        inputs = decode_json(body)
     except BadRequest as e:
       self._reply(400, {"error": str(e)})
       return
@@ -248,12 +276,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       return
     try:
       try:
-        reply = self.state.predict(inputs)
+        reply = (self.state.predict(inputs) if route is None else
+                 self.state.run_route(route, inputs))
       except BadRequest as e:
         self._reply(400, {"error": str(e)})
         return
+      except TooManyTexts as e:
+        self._reply(413, {"error": str(e)})
+        return
       except Exception as e:  # pylint: disable=broad-except
-        _LOGGER.error("POST /predict failed: %s", e)
+        _LOGGER.error("POST %s failed: %s", self.path, e)
         self._reply(500, {"error": "prediction failed: %s" % e})
         return
       self._reply(200, reply)
@@ -377,7 +409,8 @@ def serve(host, port, load_predictor, batch_window_seconds, max_batch, limits,
       predictor = load_predictor()
       batcher = batching.MicroBatcher(predictor.predict, batch_window_seconds, max_batch)
       state.ready(predictor, batcher)
-      _LOGGER.info("Ready: the model answers on http://%s:%d", host, port)
+      _LOGGER.info("Ready: the model answers on http://%s:%d (POST %s)", host, port,
+                   ", ".join(["/predict"] + sorted(predictor.routes())))
       while not stop.wait(0.2):
         pass
     finally:

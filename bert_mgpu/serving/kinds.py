@@ -14,7 +14,10 @@ A kind says:
   - how raw requests are read, featurized and decoded, in its TextPredictor: a text, or a
     text pair when takes_text_b (its HTTP request: parse_request; its reply and GET /labels
     metadata: reply, metadata);
-  - the outputs of its ONNX model (onnx_outputs) and how ONNX Runtime runs it (onnx_runner);
+  - the named outputs its runners return (outputs: model_inputs.OutputSpec each), the
+    outputs of its ONNX model (onnx_outputs) and how ONNX Runtime runs it (onnx_runner);
+  - its own predict_text.py flags (flags: KindFlag each) and HTTP routes beside
+    POST /predict (its TextPredictor's routes);
   - the TensorFlow side, imported only when asked for (graph(): the SavedModel signature,
     the export's extra assets, the predictor's graph on every tower).
 
@@ -33,18 +36,33 @@ from bert_mgpu.errors import UsageError
 
 _KINDS = {}
 
-InputLimits = collections.namedtuple("InputLimits", ["max_texts", "max_context_chars"])
-InputLimits.__new__.__defaults__ = (4096, 10000)
+InputLimits = collections.namedtuple("InputLimits", ["max_texts", "kind_flags"])
+InputLimits.__new__.__defaults__ = (4096, None)
 InputLimits.__doc__ = """What one request or input file may ask of the model (predict_text.py's
-flags), given to the kind's parsing; a kind reads what concerns it.
+flags), given to the kind's parsing.
 
 Fields:
   max_texts: the most texts (a kind's records) one HTTP request may hold
     (--max_request_texts; more: 413).
-  max_context_chars: the longest passage a reading-comprehension question may come with, in
-    characters (--max_context_chars; 10,000 by default).
+  kind_flags: dict flag name -> value of the kinds' own flags (ServableKind.flags), or None
+    for every flag's default; a kind reads its own with ServableKind.flag_value.
 """
 
+KindFlag = collections.namedtuple("KindFlag", ["name", "type", "default", "help", "minimum"])
+KindFlag.__new__.__defaults__ = (None,)
+KindFlag.__doc__ = """A predict_text.py flag of one kind of model (ServableKind.flags).
+
+predict_text.py defines every known kind's flags before it reads the command line (absl
+parses flags before the model, and so its kind, is known), and refuses one given for a
+model of another kind.
+
+Fields:
+  name: the flag's name, without --.
+  type: "integer", "float", "string" or "bool".
+  default: its value when not given.
+  help: its help text.
+  minimum: the least value a number may take (refused below, in one line), or None.
+"""
 
 class ServableKind(object):
   """One kind of servable model. Subclasses set the class attributes and override what
@@ -59,6 +77,7 @@ class ServableKind(object):
     has_labels: whether the model has a labels.txt (read by read_labels).
     takes_text_b: whether a request may hold text pairs (--text_b, "texts_b").
     model_noun: what "it is not a complete ... model" calls it, in messages.
+    flags: the kind's own predict_text.py flags (KindFlag), read from InputLimits.kind_flags.
   """
 
   name = None
@@ -68,6 +87,14 @@ class ServableKind(object):
   has_labels = True
   takes_text_b = False
   model_noun = "trained"
+  flags = ()
+
+  def flag_value(self, values, name):
+    """The value of the kind's flag `name` in `values` (dict name -> value, e.g.
+    InputLimits.kind_flags), or its default when `values` is None or lacks it."""
+    if values and name in values:
+      return values[name]
+    return next(flag.default for flag in self.flags if flag.name == name)
 
   def read_labels(self, path):
     """The label list in labels.txt. Raises UsageError."""
@@ -106,6 +133,11 @@ class ServableKind(object):
     del settings
     return 2
 
+  def outputs(self, files):
+    """The outputs its runners return (TensorFlow's and ONNX Runtime's alike): an
+    OrderedDict name -> model_inputs.OutputSpec."""
+    raise NotImplementedError
+
   def onnx_outputs(self, files):
     """The ONNX model's outputs the predictor reads: dict name -> (ONNX type, shape), None
     in a shape for a dimension of any size."""
@@ -118,8 +150,8 @@ class ServableKind(object):
     return {}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
-    """Runs featurized rows on ONNX Runtime: predict(model_inputs.Features) -> outputs,
-    close(). See serving/onnx_predictor.OnnxRun."""
+    """Runs featurized rows on ONNX Runtime: predict(model_inputs.Features) -> dict name ->
+    output (those of outputs()), close(). See serving/onnx_predictor.OnnxRun."""
     raise NotImplementedError
 
   def text_predictor(self, model, runner):
@@ -224,6 +256,16 @@ class TextPredictor(object):
     self.max_seq_length = model.files.settings["max_seq_length"]
     self.takes_text_b = model.files.kind.takes_text_b
     self._runner = runner
+    self.kind_flags = None  # use_flags()
+
+  def use_flags(self, values):
+    """Takes the values of the kind's own flags (dict name -> value; predict_text.py gives
+    them once the predictor is built); flag() reads them."""
+    self.kind_flags = dict(values)
+
+  def flag(self, name):
+    """The value of the kind's own flag `name` (its default before use_flags)."""
+    return self.model.files.kind.flag_value(self.kind_flags, name)
 
   def featurize(self, texts_a, texts_b=None):
     """Featurized texts: an object whose .features is the model_inputs.Features run by
@@ -300,11 +342,21 @@ class TextPredictor(object):
                        ("texts" if e.field == "a" else "texts_b", start + e.row))
 
   def predict(self, features):
-    """The runner's outputs of model_inputs.Features: an array [rows, ...]."""
+    """The runner's outputs of model_inputs.Features: dict name -> array [rows, ...] (the
+    kind's outputs(); no rows give empty arrays)."""
     return self._runner.predict(features)
 
+  def routes(self):
+    """The HTTP routes the kind adds beside POST /predict: dict path -> function(request,
+    predict, limits) -> the JSON reply, where request is the decoded JSON body, predict
+    runs model_inputs.Features through the server's micro-batcher (this predict()'s
+    outputs) and limits is the InputLimits. The function raises BadRequest (400) or
+    TooManyTexts (413). POST only."""
+    return {}
+
   def decode(self, featurized, outputs):
-    """One record per text of predict()'s outputs of featurized.features."""
+    """One record per text of predict()'s outputs (dict name -> array) of
+    featurized.features."""
     raise NotImplementedError
 
   def file_text(self, records):
@@ -350,6 +402,19 @@ def names():
   """The names of every known kind: built in, then registered."""
   return list(task_units.SERVABLE_KIND_MODULES) + [
       name for name in _KINDS if name not in task_units.SERVABLE_KIND_MODULES]
+
+
+def all_flags():
+  """Every known kind's own flags: an OrderedDict flag name -> (KindFlag, names of the kinds
+  that declare it). Raises ValueError when two kinds declare one name differently."""
+  found = collections.OrderedDict()
+  for name in names():
+    for flag in get(name).flags:
+      if flag.name in found and found[flag.name][0] != flag:
+        raise ValueError("the kinds %s and %s declare the flag --%s differently" %
+                         (found[flag.name][1][0], name, flag.name))
+      found.setdefault(flag.name, (flag, []))[1].append(name)
+  return found
 
 
 def describe(name):

@@ -66,41 +66,84 @@ def log_truncated(count, total, max_seq_length):
 # Running featurized texts in batches
 # ---------------------------------------------------------------------------
 
-def predict_in_batches(arrays, run_batch, batch_size, max_seq_length, length_multiple=None,
-                       num_outputs=None):
-  """Runs featurized texts through a model in batches of similar length, each cut to its
-  longest text: far less padding than max_seq_length on short texts.
+# An output's sequence axis in OutputSpec.shape: its size is the length a batch is fed.
+SEQUENCE = "sequence"
+
+OutputSpec = collections.namedtuple("OutputSpec", ["shape", "dtype", "padding"])
+OutputSpec.__new__.__defaults__ = ((), np.float32, 0)
+OutputSpec.__doc__ = """One named output of a model run on featurized rows.
+
+Fields:
+  shape: its sizes after the rows' axis, SEQUENCE at the sequence axis (at most one): () for
+    [rows], (num_labels,) for [rows, num_labels], (SEQUENCE,) for [rows, seq].
+  dtype: its NumPy dtype.
+  padding: the value past a row's fed length, when batches cut to different lengths are
+    joined (predict_in_batches).
+"""
+
+
+def _sizes(spec, length):
+  """The sizes after the rows' axis of an output joined at sequence length `length`."""
+  return [length if size == SEQUENCE else size for size in spec.shape]
+
+
+def empty_outputs(output_specs):
+  """The outputs of no rows: dict name -> an empty array of each output's shape."""
+  return {name: np.zeros([0] + _sizes(spec, 0), spec.dtype)
+          for name, spec in output_specs.items()}
+
+
+def predict_in_batches(arrays, run_batch, batch_size, max_seq_length, length_multiple,
+                       output_specs):
+  """Runs featurized rows through a model in batches of similar length, each cut to its
+  longest row: far less padding than max_seq_length on short texts.
 
   Args:
-    arrays: dict name -> np.int32 [n, seq] (windowed: [n, windows, seq]); the names fed.
-    run_batch: dict name -> array [batch, ...] -> np.ndarray [batch, ...] (the model).
+    arrays: dict name -> np.int32 [n, seq] (windowed: [n, windows, seq]): the rows.
+    run_batch: dict name -> array [batch, ...] -> dict name -> np.ndarray [batch, ...]: the
+      model, returning every output of output_specs (a sequence axis as long as the batch
+      was fed).
     batch_size: rows per run_batch call.
     max_seq_length: the longest a batch is ever fed.
     length_multiple: feed lengths rounded up to a multiple of this (None: max_seq_length,
       i.e. no cut).
-    num_outputs: the width of a [n, num_outputs] result, so that n = 0 gives [0, width].
+    output_specs: dict name -> OutputSpec.
 
   Returns:
-    The outputs of every row, in input order: [n, ...].
+    dict name -> the output of every row, in input order: [n, ...], a sequence axis as
+    long as the longest batch fed, `padding` past each batch's length. No rows give
+    empty_outputs.
+
+  Raises:
+    ValueError: an output of another shape than its OutputSpec says.
   """
   mask = arrays["input_mask"]
+  if not len(mask):
+    return empty_outputs(output_specs)
   # [n] or, windowed, [n, windows]: the tokens of each text (window).
   window_lengths = mask.sum(axis=-1)
   lengths = window_lengths.reshape([len(mask), -1]).sum(axis=1)  # [n]
   order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths batch together
-  result = None
-  if num_outputs is not None:
-    result = np.zeros([len(lengths), num_outputs], np.float32)
+  batches = []  # (rows, the length fed)
   for start in range(0, len(order), batch_size):
     rows = order[start:start + batch_size]
-    longest = batch_shapes.padded_length(int(window_lengths[rows].max()), length_multiple,
-                                         max_seq_length)
+    batches.append((rows, batch_shapes.padded_length(
+        int(window_lengths[rows].max()), length_multiple, max_seq_length)))
+  joined_length = max(length for _, length in batches)
+  results = {name: np.full([len(lengths)] + _sizes(spec, joined_length), spec.padding,
+                           spec.dtype)
+             for name, spec in output_specs.items()}
+  for rows, longest in batches:
     # Windowed: also cut to the batch's most windows (padded windows come last).
     cut = ((slice(None, int((window_lengths[rows] > 0).sum(axis=1).max())),)
            if mask.ndim == 3 else ())
     values = run_batch({name: array[(rows,) + cut + (slice(None, longest),)]
                         for name, array in arrays.items()})
-    if result is None:
-      result = np.zeros((len(lengths),) + values.shape[1:], values.dtype)
-    result[rows] = values
-  return result
+    for name, spec in output_specs.items():
+      wanted = [len(rows)] + _sizes(spec, longest)
+      if list(values[name].shape) != wanted:
+        raise ValueError("the model's %r output is %s for a batch of %d row(s) fed %d long; "
+                         "its OutputSpec says %s" % (name, list(values[name].shape),
+                                                     len(rows), longest, wanted))
+      results[name][(rows,) + tuple(slice(None, size) for size in wanted[1:])] = values[name]
+  return results

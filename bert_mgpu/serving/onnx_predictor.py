@@ -208,37 +208,37 @@ def open_session(model, threads=None):
 
 class OnnxRun(object):
   """An ONNX Runtime session run on featurized rows in length-sorted batches: a kind's
-  runner (ServableKind.onnx_runner) of one output, or the base of a kind's own."""
+  runner (ServableKind.onnx_runner), returning the model's outputs by name; a kind whose
+  outputs are computed from the model's (a CRF decoded in NumPy) overrides run_batch."""
 
-  def __init__(self, model, session, batch_size, length_multiple=1, output_name=None,
-               num_outputs=None):
+  def __init__(self, model, session, batch_size, length_multiple, output_specs):
     """Args:
       model: OnnxModel; session: open_session(model).
       batch_size: rows (texts, or a kind's windows) per session.run.
       length_multiple: batches are cut to their longest row rounded up to this (None:
         every batch is max_seq_length long).
-      output_name: the output predict() returns.
-      num_outputs: the width of a [rows, num_outputs] output, or None.
+      output_specs: dict name -> model_inputs.OutputSpec: the outputs predict() returns
+        (by default, those of the ONNX model of the same names).
     """
     self.model = model
     self.max_seq_length = model.files.settings["max_seq_length"]
     self._session = session
     self._batch_size = batch_size
     self._length_multiple = length_multiple
-    self._output_name = output_name
-    self._num_outputs = num_outputs
+    self._output_specs = output_specs
 
-  def _predict_in_batches(self, arrays, run_batch, num_outputs=None):
-    return model_inputs.predict_in_batches(arrays, run_batch, self._batch_size,
-                                           self.max_seq_length, self._length_multiple,
-                                           num_outputs)
+  def run_batch(self, arrays):
+    """The outputs of one batch: dict name -> array (arrays: the Features' arrays, cut)."""
+    names = list(self._output_specs)
+    values = self._session.run(names, {name: arrays[name] for name in MODEL_INPUTS})
+    return dict(zip(names, values))
 
   def predict(self, features):
-    """The output of featurized rows (model_inputs.Features): [n, ...], in input order."""
-    def run_batch(arrays):
-      return self._session.run([self._output_name], arrays)[0]
-    return self._predict_in_batches({name: features.arrays[name] for name in MODEL_INPUTS},
-                                    run_batch, self._num_outputs)
+    """The outputs of featurized rows (model_inputs.Features): dict name -> [n, ...], in
+    input order (model_inputs.predict_in_batches)."""
+    return model_inputs.predict_in_batches(
+        features.arrays, self.run_batch, self._batch_size, self.max_seq_length,
+        self._length_multiple, self._output_specs)
 
   def close(self):
     self._session = None

@@ -106,24 +106,21 @@ class Predictor(object):
   """A model graph on every tower of a DevicePlan, in one session, built once: runs
   featurized rows (a kind's TextPredictor featurizes and decodes).
 
-  Rows are sorted by length, batched, and each batch is padded only to its longest row.
+  Rows are sorted by length, batched, and each batch is padded only to its longest row; the
+  outputs are named (model_inputs.OutputSpec).
   """
 
-  def __init__(self, model, model_fn, devices, batch_size_per_tower, input_names=MODEL_INPUTS,
-               output_name="probabilities", num_outputs=None):
+  def __init__(self, model, model_fn, devices, batch_size_per_tower, output_specs,
+               input_names=MODEL_INPUTS):
     """Builds the graph and restores the weights.
 
     Args:
       model: LoadedModel.
-      model_fn: the kind's model function, whose `output_name` output is [batch, ...] with
-        a fixed shape after the batch (e.g. the NER model's pads its outputs back to
-        max_seq_length).
+      model_fn: the kind's model function, returning (at least) the outputs of output_specs.
       devices: a checked run_settings.DeviceSettings (towers, precision, XLA, padding).
       batch_size_per_tower: rows per tower per sess.run.
+      output_specs: dict name -> model_inputs.OutputSpec: the outputs predict() returns.
       input_names: the int32 [batch, seq] features fed (model_inputs.Features.arrays keys).
-      output_name: the model output predict() returns.
-      num_outputs: the width of a [rows, num_outputs] output (so that no rows give
-        [0, num_outputs]), or None.
 
     Raises:
       UsageError: the weights do not belong to this model (another task's checkpoint).
@@ -134,14 +131,15 @@ class Predictor(object):
     self.global_batch_size = batch_size_per_tower * plan.num_towers
     # Fed batches are cut to their longest row rounded up to this (None: max_seq_length).
     self.length_multiple = devices.length_multiple
-    self._num_outputs = num_outputs
+    self._output_specs = output_specs
     graph = tf.Graph()
     with graph.as_default():
       self._inputs = serving_graph.serving_inputs(
           input_names, model.files.kind.input_rank(model.files.settings))
-      self._output = multigpu.build_inference(
+      outputs = multigpu.build_inference(
           plan, model_fn, dict(self._inputs), self.global_batch_size,
-          precision=devices.precision, use_xla=devices.use_xla)[output_name]
+          precision=devices.precision, use_xla=devices.use_xla)
+      self._outputs = {name: outputs[name] for name in output_specs}
       serving_graph.check_checkpoint_variables(model.checkpoint, model.files.labels_file,
                                                model.files.kind)
       saver = weight_averages.restore_saver(model.checkpoint, tf.global_variables())
@@ -150,21 +148,21 @@ class Predictor(object):
       saver.restore(self._session, model.checkpoint)
 
   def predict(self, features):
-    """The chosen output of featurized rows.
+    """The outputs of featurized rows.
 
     Args:
       features: model_inputs.Features of n rows.
 
     Returns:
-      np.ndarray [n, ...], in input order.
+      dict name -> np.ndarray [n, ...], in input order (model_inputs.predict_in_batches).
     """
     def run_batch(arrays):
-      return self._session.run(self._output, {self._inputs[name]: arrays[name]
-                                              for name in self._inputs})
+      return self._session.run(self._outputs, {self._inputs[name]: arrays[name]
+                                               for name in self._inputs})
     return model_inputs.predict_in_batches(
         {name: features.arrays[name] for name in self._inputs}, run_batch,
         self.global_batch_size, self.max_seq_length, self.length_multiple,
-        self._num_outputs)
+        self._output_specs)
 
   def close(self):
     self._session.close()

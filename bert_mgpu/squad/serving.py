@@ -203,12 +203,6 @@ class SquadPredictor(kinds.TextPredictor):
     del name
     return self.featurize(inputs.questions)
 
-  def predict(self, features):
-    """The start and end logits of featurized windows: float32 [windows, 2, seq]."""
-    if not len(features.truncated):
-      return np.zeros([0, 2, self.max_seq_length], np.float32)
-    return self._runner.predict(features)
-
   def decode(self, featurized, outputs):
     """One {"id", "answer", "start", "probability"} record per question."""
     settings = self.settings
@@ -217,8 +211,8 @@ class SquadPredictor(kinds.TextPredictor):
     for index, example in enumerate(featurized.examples):
       rows = by_example[index]
       answers = squad_data.question_answers(
-          example, [featurized.windows[row] for row in rows], outputs[rows, 0],
-          outputs[rows, 1], settings["n_best_size"], settings["max_answer_length"],
+          example, [featurized.windows[row] for row in rows], outputs["start_logits"][rows],
+          outputs["end_logits"][rows], settings["n_best_size"], settings["max_answer_length"],
           settings["version_2_with_negative"], settings["null_score_diff_threshold"])
       records.append(collections.OrderedDict([
           ("id", example.qas_id), ("answer", answers.answer.text),
@@ -252,7 +246,9 @@ class SquadPredictor(kinds.TextPredictor):
     questions = []
     for index, item in enumerate(items):
       try:
-        questions.append(question_of(item, limits.max_context_chars))
+        questions.append(question_of(
+            item, self.model.files.kind.flag_value(limits.kind_flags,
+                                              MAX_CONTEXT_CHARS.name)))
       except BadQuestion as e:
         error = kinds.TooManyTexts if e.too_long else kinds.BadRequest
         raise error(("" if single else "item %d: " % index) + str(e))
@@ -275,24 +271,13 @@ class SquadPredictor(kinds.TextPredictor):
 
 
 # ---------------------------------------------------------------------------
-# ONNX Runtime
+# The kind
 # ---------------------------------------------------------------------------
 
-class OnnxSpanRunner(onnx_predictor.OnnxRun):
-  """A reading-comprehension model's windows on ONNX Runtime: start and end logits."""
-
-  def _run_batch(self, arrays):
-    """float32 [batch, 2, max_seq_length] of one batch of windows (cut to its longest)."""
-    starts, ends = self._session.run(["start_logits", "end_logits"],
-                                     {name: arrays[name] for name in MODEL_INPUTS})
-    logits = np.full([len(starts), 2, self.max_seq_length], squad_data.PADDING_LOGIT,
-                     np.float32)
-    logits[:, 0, :starts.shape[1]] = starts
-    logits[:, 1, :ends.shape[1]] = ends
-    return logits
-
-  def predict(self, features):
-    return self._predict_in_batches(features.arrays, self._run_batch)
+MAX_CONTEXT_CHARS = kinds.KindFlag(
+    "max_context_chars", "integer", 10000, "A reading-comprehension model: the longest "
+    "context a question may come with, in characters (longer: refused, naming the line or "
+    "the request's item).", minimum=1)
 
 
 class SquadKind(kinds.ServableKind):
@@ -304,10 +289,19 @@ class SquadKind(kinds.ServableKind):
   settings_fields = ("doc_stride", "max_query_length", "max_answer_length", "n_best_size",
                      "version_2_with_negative", "null_score_diff_threshold")
   has_labels = False
+  flags = (MAX_CONTEXT_CHARS,)
 
   def parse_input_file(self, name, text, with_text_b, limits):
     del with_text_b  # refused before (the kind takes no pairs)
-    return QuestionsRequest(parse_question_lines(name, text, limits.max_context_chars), False)
+    return QuestionsRequest(parse_question_lines(
+        name, text, self.flag_value(limits.kind_flags, MAX_CONTEXT_CHARS.name)), False)
+
+  def outputs(self, files):
+    del files
+    # [windows, seq]; padding scores below any token, as the model's own padding does.
+    logits = model_inputs.OutputSpec((model_inputs.SEQUENCE,), np.float32,
+                                     squad_data.PADDING_LOGIT)
+    return collections.OrderedDict([("start_logits", logits), ("end_logits", logits)])
 
   def onnx_outputs(self, files):
     del files
@@ -315,7 +309,8 @@ class SquadKind(kinds.ServableKind):
             "end_logits": ("tensor(float)", [None, None])}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
-    return OnnxSpanRunner(model, session, batch_size, length_multiple)
+    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
+                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return SquadPredictor(model, runner)

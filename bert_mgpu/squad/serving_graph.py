@@ -17,21 +17,6 @@ from bert_mgpu.serving import predictor
 from bert_mgpu.serving import serving_graph
 from bert_mgpu.squad import model as squad_model
 
-# The predictor's output: the start and end logits stacked, [batch, 2, max_seq_length].
-SPAN_LOGITS = "span_logits"
-
-
-def span_logits_model_fn(model):
-  """squad_model's model_fn for a predictor.LoadedModel, with the logits stacked as one
-  output padded back to max_seq_length (so that batches of any length concatenate)."""
-  model_fn = squad_model.create_model_fn(model.bert_config,
-                                         model.files.settings["max_seq_length"])
-
-  def span_model_fn(features, is_training):
-    outputs = model_fn(features, is_training)
-    return {SPAN_LOGITS: tf.stack([outputs["start_logits"], outputs["end_logits"]], axis=1)}
-  return span_model_fn
-
 
 class SquadGraph(kinds.KindGraph):
   """SquadKind.graph(): see serving/kinds.ServableKind.graph."""
@@ -50,5 +35,5 @@ class SquadGraph(kinds.KindGraph):
     return ("start_logits", "end_logits")
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
-    return predictor.Predictor(model, span_logits_model_fn(model), devices, batch_size_per_tower,
-                               output_name=SPAN_LOGITS)
+    return predictor.Predictor(model, squad_model.create_model_fn(model.bert_config), devices,
+                               batch_size_per_tower, model.files.kind.outputs(model.files))

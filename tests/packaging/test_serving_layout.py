@@ -1,7 +1,8 @@
 # coding=utf-8
-"""Serving knows no task: bert_mgpu/serving/ and predict_text.py import no task unit and
-branch on no kind name (serving/kinds.py is their way to a kind), and each task unit that
-serves brings its kind in a serving.py that imports without TensorFlow."""
+"""Serving knows no task: bert_mgpu/serving/ and predict_text.py import no task unit, branch
+on no kind name and name no kind's own flag (serving/kinds.py is their way to a kind), and
+each task unit that serves brings its kind in a serving.py that imports without
+TensorFlow."""
 
 import ast
 import os
@@ -111,6 +112,43 @@ def test_the_kind_check_finds_a_kind_name_in_code_but_not_in_docstrings():
                    '  """ner"""\n'
                    '  return settings["model"] == "ner" or is_classifier(settings)\n')
   assert kind_mentions(tree, ["classifier", "ner"]) == [(4, "'ner'"), (4, "is_classifier")]
+
+
+def kind_flag_names():
+  sys.path.insert(0, REPO_DIR)
+  from bert_mgpu.serving import kinds  # pylint: disable=import-outside-toplevel
+  return sorted(kinds.all_flags())
+
+
+def flag_mentions(tree, flag_names):
+  """(line, text) of each string constant outside docstrings that names a flag of
+  `flag_names` (as "name" or within "--name...")."""
+  docstrings = docstring_nodes(tree)
+  found = []
+  for node in ast.walk(tree):
+    text = string_value(node)
+    if id(node) in docstrings or text is None:
+      continue
+    if any(text == name or "--" + name in text for name in flag_names):
+      found.append((node.lineno, text))
+  return found
+
+
+@pytest.mark.parametrize("path", serving_sources(), ids=os.path.basename)
+def test_serving_names_no_kinds_flag(path):
+  mentions = flag_mentions(parse(path), kind_flag_names())
+  assert not mentions, "%s names a kind's own flag (line, text): %s; declare it in the " \
+      "kind (ServableKind.flags)" % (os.path.relpath(path, REPO_DIR), mentions)
+
+
+def test_the_flag_check_finds_a_kinds_flag_in_code_but_not_in_docstrings():
+  assert "max_context_chars" in kind_flag_names()  # the reading-comprehension kind's
+  tree = ast.parse('"""--max_context_chars: the longest context."""\n'
+                   'LIMIT = "max_context_chars"\n'
+                   'def f():\n'
+                   '  raise ValueError("raise --max_context_chars=%d" % 3)\n')
+  assert flag_mentions(tree, kind_flag_names()) == [
+      (2, "max_context_chars"), (4, "raise --max_context_chars=%d")]
 
 
 @pytest.mark.parametrize("kind", kind_names())

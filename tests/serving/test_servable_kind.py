@@ -2,7 +2,9 @@
 """A kind of model defined here, in the test, is served end to end without an edit in
 bert_mgpu/serving/: a toy head over BERT's pooled output that scores each text (no labels,
 no pairs), exported as a SavedModel (and on TF 2.x an ONNX model), then run by
-predict_text.py's own code in file mode, over HTTP and on ONNX Runtime.
+predict_text.py's own code in file mode, over HTTP and on ONNX Runtime. The kind has a flag
+of its own (--toy_score_digits: how the scores are rounded) and a route of its own
+(POST /rank: the texts by score).
 
 predict_text.py runs in a subprocess, as users run it: this file is also the command (run
 as a script it registers the toy kind and then runs predict_text.py's main), so nothing
@@ -29,6 +31,8 @@ from bert_mgpu.serving import onnx_predictor
 import cli
 
 TOY_KIND = "toy_score"
+DIGITS = kinds.KindFlag("toy_score_digits", "integer", 5, "A toy scorer: the digits its "
+                        "scores are rounded to.", minimum=0)
 MAX_SEQ_LENGTH = 12
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("好坏的很不是电影服务酒店菜太贵便宜了")
 TINY_CONFIG = {"vocab_size": len(VOCAB), "hidden_size": 16, "num_hidden_layers": 1,
@@ -48,7 +52,8 @@ ToyFeatures = collections.namedtuple("ToyFeatures", ["features", "texts"])
 
 
 class ToyPredictor(kinds.TextPredictor):
-  """Texts in, {"text", "score"} records out; over HTTP also one {"text": ...} alone."""
+  """Texts in, {"text", "score"} records out; over HTTP also one {"text": ...} alone, and
+  POST /rank {"texts": [...]} -> {"ranked": records by score, highest first}."""
 
   def parse_request(self, request, limits):
     if isinstance(request, dict) and isinstance(request.get("text"), str):
@@ -72,8 +77,18 @@ class ToyPredictor(kinds.TextPredictor):
     return ToyFeatures(model_inputs.Features(arrays, truncated), list(texts_a))
 
   def decode(self, featurized, outputs):
-    return [{"text": text, "score": round(float(score), 5)}
-            for text, score in zip(featurized.texts, outputs)]
+    digits = self.flag(DIGITS.name)
+    return [{"text": text, "score": round(float(score), digits)}
+            for text, score in zip(featurized.texts, outputs["score"])]
+
+  def routes(self):
+    return {"/rank": self._rank}
+
+  def _rank(self, request, predict, limits):
+    inputs = self.parse_request(request, limits)
+    featurized = self.featurize_request(inputs, 0, self.request_size(inputs))
+    records = self.decode(featurized, predict(featurized.features))
+    return {"ranked": sorted(records, key=lambda record: -record["score"])}
 
   def file_text(self, records):
     return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
@@ -126,7 +141,7 @@ class ToyGraph(kinds.KindGraph):
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     from bert_mgpu.serving import predictor  # pylint: disable=import-outside-toplevel
     return predictor.Predictor(model, toy_model_fn(model.bert_config), devices,
-                               batch_size_per_tower, output_name="score")
+                               batch_size_per_tower, model.files.kind.outputs(model.files))
 
 
 class ToyScoreKind(kinds.ServableKind):
@@ -134,12 +149,17 @@ class ToyScoreKind(kinds.ServableKind):
   description = "a toy scorer"
   script = "tests/serving/test_servable_kind.py"
   has_labels = False
+  flags = (DIGITS,)
+
+  def outputs(self, files):
+    return {"score": model_inputs.OutputSpec(())}  # [texts]
 
   def onnx_outputs(self, files):
     return {"score": ("tensor(float)", [None])}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
-    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple, "score")
+    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
+                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return ToyPredictor(model, runner)
@@ -245,8 +265,9 @@ def test_the_toy_kind_is_exported_with_its_files_and_no_labels(toy):
   assert os.path.isfile(os.path.join(version_dir, "model.onnx")) == toy.onnx
 
 
-@pytest.mark.parametrize("source", ["output_dir", "export_dir", "onnxruntime"])
-def test_predict_text_file_mode_gives_the_toy_models_scores(toy, source, tmp_path):
+def score_texts_file(toy, source, tmp_path, more_flags=()):
+  """predict_text.py in file mode on TEXTS, the model from `source`; returns (the
+  CompletedProcess, the output's records)."""
   if source == "onnxruntime" and not toy.onnx:
     pytest.skip("the ONNX export is TF 2.x only")
   input_file, output_file = str(tmp_path / "texts.txt"), str(tmp_path / "scores.jsonl")
@@ -257,13 +278,48 @@ def test_predict_text_file_mode_gives_the_toy_models_scores(toy, source, tmp_pat
                  "onnxruntime": ["--export_dir=" + toy.export_dir,
                                  "--backend=onnxruntime"]}[source]
   result = run_predict_text(model_flags + ["--input_file=" + input_file,
-                                           "--output_file=" + output_file], tmp_path)
+                                           "--output_file=" + output_file] + list(more_flags),
+                            tmp_path)
   cli.assert_succeeded(result)
-  records = read_records(output_file)
+  return result, read_records(output_file)
+
+
+@pytest.mark.parametrize("source", ["output_dir", "export_dir", "onnxruntime"])
+def test_predict_text_file_mode_gives_the_toy_models_scores(toy, source, tmp_path):
+  result, records = score_texts_file(toy, source, tmp_path)
   assert [r["text"] for r in records] == TEXTS
   np.testing.assert_allclose([r["score"] for r in records], toy.scores, rtol=0, atol=2e-5)
   assert "Scored %d text(s)." % len(TEXTS) in result.stderr
   assert "1 of %d text(s) had more than max_seq_length" % len(TEXTS) in result.stderr
+
+
+@pytest.mark.parametrize("source", ["output_dir", "onnxruntime"])
+def test_the_kinds_own_flag_reaches_its_predictor(toy, source, tmp_path):
+  _, records = score_texts_file(toy, source, tmp_path, ["--toy_score_digits=2"])
+  scores = [r["score"] for r in records]
+  assert scores == [round(score, 2) for score in scores]
+  np.testing.assert_allclose(scores, toy.scores, rtol=0, atol=0.005 + 2e-5)
+  assert scores != toy.scores  # rounded to 2 digits, not the default 5
+
+
+def test_a_kinds_flag_given_for_a_model_of_another_kind_is_refused(toy, tmp_path):
+  input_file = str(tmp_path / "texts.txt")
+  with open(input_file, "w", encoding="utf-8") as f:
+    f.write("好\n")
+  classifier = os.path.join(cli.REPO_DIR, "tests", "serving", "golden", "models", "pair")
+  result = run_predict_text(["--output_dir=" + classifier, "--input_file=" + input_file,
+                             "--toy_score_digits=2"], tmp_path)
+  cli.assert_one_line_error(
+      result, "--toy_score_digits is for a toy scorer; %s is a classifier: drop "
+      "--toy_score_digits." % classifier)
+  result = run_predict_text(["--output_dir=" + toy.output_dir, "--input_file=" + input_file,
+                             "--max_context_chars=50"], tmp_path)
+  cli.assert_one_line_error(
+      result, "--max_context_chars is for a reading-comprehension model; %s is a toy scorer: "
+      "drop --max_context_chars." % toy.output_dir)
+  result = run_predict_text(["--output_dir=" + toy.output_dir, "--input_file=" + input_file,
+                             "--toy_score_digits=-1"], tmp_path)
+  cli.assert_one_line_error(result, "--toy_score_digits=-1: it must be at least 0.")
 
 
 def test_text_pairs_are_refused_for_the_toy_kind(toy, tmp_path):
@@ -279,7 +335,8 @@ def test_text_pairs_are_refused_for_the_toy_kind(toy, tmp_path):
 def test_the_toy_kind_answers_http(toy, backend, tmp_path):
   if backend == "onnxruntime" and not toy.onnx:
     pytest.skip("the ONNX export is TF 2.x only")
-  args = ["--export_dir=" + toy.export_dir, "--serve=0", "--backend=" + backend]
+  args = ["--export_dir=" + toy.export_dir, "--serve=0", "--backend=" + backend,
+          "--max_request_texts=10"]
   with cli.RunningScript(os.path.abspath(__file__), args, str(tmp_path / "stderr.txt"),
                          cwd=str(tmp_path)) as running:
     running.wait_for(lambda: re.search(r"Serving on (http://\S+)", running.stderr()),
@@ -300,6 +357,19 @@ def test_the_toy_kind_answers_http(toy, backend, tmp_path):
                                               '"texts_b")'})
     status, reply = cli.http_json(url + "/predict", json.dumps({"texts": ["\u200b"]}).encode())
     assert status == 400 and "texts[0] has no tokens" in reply["error"], reply
+    # The kind's own route, through the same micro-batcher.
+    status, reply = cli.http_json(url + "/rank", json.dumps({"texts": TEXTS}).encode())
+    assert status == 200, reply
+    by_score = sorted(zip(toy.scores, TEXTS), key=lambda pair: -pair[0])
+    assert [r["text"] for r in reply["ranked"]] == [text for _, text in by_score]
+    np.testing.assert_allclose([r["score"] for r in reply["ranked"]],
+                               [score for score, _ in by_score], rtol=0, atol=2e-5)
+    status, reply = cli.http_json(url + "/rank", json.dumps({"texts": ["\u200b"]}).encode())
+    assert status == 400 and "texts[0] has no tokens" in reply["error"], reply
+    status, reply = cli.http_json(url + "/rank", json.dumps({"texts": ["a"] * 11}).encode())
+    assert status == 413 and "at most 10" in reply["error"], reply
+    status, reply = cli.http_json(url + "/nowhere", b"{}")
+    assert (status, reply) == (404, {"error": "no such path: use POST /predict or /rank"})
     running.signal(15)
     assert running.wait() == 0, running.stderr()[-3000:]
 

@@ -322,7 +322,8 @@ class LocalServer(object):
 
   def _predict(self, features):
     assert self.gate.wait(REQUEST_TIMEOUT_SECONDS)
-    return np.tile([[0.25, 0.75]], [len(features.truncated), 1]).astype(np.float32)
+    return {"probabilities": np.tile([[0.25, 0.75]], [len(features.truncated), 1]).astype(
+        np.float32)}
 
   def wait_for(self, condition, what):
     deadline = time.time() + REQUEST_TIMEOUT_SECONDS
@@ -506,7 +507,7 @@ def test_micro_batches_stop_before_a_request_that_would_overflow():
   sizes = []
   def predict(features):
     sizes.append(len(features.truncated))
-    return np.zeros([len(features.truncated), 2], np.float32)
+    return {"probabilities": np.zeros([len(features.truncated), 2], np.float32)}
   batcher = batching.MicroBatcher(predict, window_seconds=1.0, max_batch=4)
   try:
     def features(texts):
