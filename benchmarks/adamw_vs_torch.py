@@ -17,13 +17,13 @@ groups) and prints, per step, the largest difference from ours relative to the l
 weight change so far.
 """
 
-import argparse
 import os
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import same_start  # pylint: disable=wrong-import-position
 
 SHAPES = {"bert/encoder/layer_0/output/dense/kernel": (64, 32),
           "bert/encoder/layer_0/output/dense/bias": (32,),
@@ -129,22 +129,8 @@ def run_torch(ours_path):
         label, STEPS, difference, largest_weight))
 
 
-def two_sides_main(doc, default_npz, ours, torch, argv=None):
-  """The command line of a comparison in two steps (this one's, layerwise_lr_vs_torch.py's):
-  `ours [--out F.npz]` calls ours(F.npz), `torch [--ours F.npz]` calls torch(F.npz)."""
-  p = argparse.ArgumentParser(description=doc.split("\n")[0])
-  p.add_argument("side", choices=("ours", "torch"))
-  p.add_argument("--out", default=default_npz, help="ours: where to write")
-  p.add_argument("--ours", default=default_npz, help="torch: ours' file")
-  args = p.parse_args(argv)
-  if args.side == "ours":
-    ours(args.out)
-  else:
-    torch(args.ours)
-
-
 def main():
-  two_sides_main(__doc__, "/tmp/adamw_vs_torch.npz", run_ours, run_torch)
+  same_start.two_sides_main(__doc__, "/tmp/adamw_vs_torch.npz", run_ours, run_torch)
 
 
 if __name__ == "__main__":

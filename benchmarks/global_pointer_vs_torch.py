@@ -14,9 +14,9 @@ windows without any) as the span heads' records (ner/splits.py's span_window_rec
 TFRecord file), reads them back with tfrecord_io.make_dataset (each batch cut to its longest
 window), and trains
 bert_mgpu.ner.global_pointer.create_model_fn's model for each head in HEADS through
-multigpu.build_training, on 1 tower and on 2 (logical CPU devices), with the settings of
-layerwise_lr_vs_torch.py and adversarial_vs_torch.py: layerwise_lr_vs_torch.py's tiny
-BERT (dropout 0, weights drawn once by NumPy under Google's names, the head's too),
+multigpu.build_training, on 1 tower and on 2 (logical CPU devices), with same_start.py's
+settings (those of layerwise_lr_vs_torch.py and adversarial_vs_torch.py): its tiny BERT
+(dropout 0, weights drawn once by NumPy under Google's names, the head's too),
 `--adam_bias_correction` AdamW (lr 1e-3, eps 1e-6, weight decay 0.01 except LayerNorm and
 biases), Google's rate without warmup (so that the first update moves the weights), global
 norm clip 1.0.
@@ -45,7 +45,6 @@ ours on 2; where the first step differs most; the first step's difference from e
 contrast. `torch --summary F.json` also writes these figures as JSON (the test reads them).
 """
 
-import argparse
 import collections
 import json
 import os
@@ -55,14 +54,13 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import adversarial_vs_torch  # pylint: disable=wrong-import-position
-import layerwise_lr_vs_torch as same_start  # pylint: disable=wrong-import-position
+import same_start  # pylint: disable=wrong-import-position
 import weight_names  # pylint: disable=wrong-import-position
 
 CONFIG = same_start.CONFIG  # hidden 32, 3 layers, 4 heads, vocab 60, 16 positions, dropout 0
-SEQ, BATCH, NUM_TYPES, MAX_SPANS, HEAD_SIZE = 16, 8, 3, 6, 64
-STEPS, PEAK_LR, NUM_TRAIN_STEPS = same_start.STEPS, same_start.PEAK_LR, same_start.NUM_TRAIN_STEPS
-WEIGHT_DECAY = same_start.WEIGHT_DECAY
+SEQ, BATCH = same_start.SEQ, same_start.BATCH
+NUM_TYPES, MAX_SPANS, HEAD_SIZE = 3, 6, 64
+STEPS, PEAK_LR = same_start.STEPS, same_start.PEAK_LR
 WARMUP = 0  # Google's rate is 0 at step 0 under any warmup: without, the first update moves
 HEADS = ("global_pointer", "efficient_global_pointer")  # global_pointer.SPAN_HEADS
 # The reference's variants that are not the paper's, per head, for contrast (train_torch).
@@ -80,12 +78,8 @@ HEAD_NAMES = {hf_name: weight_names.google_name(hf_name, HEAD_SCOPE)
 Window = collections.namedtuple("Window", ["input_ids", "input_mask", "segment_ids"])
 
 
-def run_name(head, towers):
-  return "%s, %d tower%s" % (head, towers, "" if towers == 1 else "s")
-
-
-def run_key(run, step, name):
-  return "%s/%d/%s" % (run, step, name)
+run_name = same_start.run_name  # "global_pointer, 2 towers"
+run_key = same_start.run_key  # where ours' file keeps a run's step
 
 
 # ---------------------------------------------------------------------------
@@ -165,7 +159,6 @@ def run_ours(out):
   from bert_mgpu.ner import global_pointer
   from bert_mgpu.ner import splits
   import modeling
-  import multigpu
   tf.disable_eager_execution()
   assert tuple(global_pointer.SPAN_HEADS) == HEADS, global_pointer.SPAN_HEADS
   config = modeling.BertConfig.from_dict(CONFIG)
@@ -187,36 +180,14 @@ def run_ours(out):
     initial = None
     for towers in TOWERS:
       run = run_name(head, towers)
-      plan = multigpu.plan_devices(towers, visible_gpus=0)
-      with tf.Graph().as_default():
-        placeholders = {
-            name: tf.placeholder(value.dtype, [None] * value.ndim, name=name)
-            for name, value in data[towers][0].items()}
-        ops = multigpu.build_training(
-            plan, global_pointer.create_model_fn(config, NUM_TYPES, head, SEQ), placeholders,
-            PEAK_LR, NUM_TRAIN_STEPS, WARMUP, "adamw", clip_norm=1.0,
-            adam_bias_correction=True)
-        variables = tf.trainable_variables()
-        if initial is None:
-          initial = same_start.draw_weights({v.op.name: v.shape.as_list() for v in variables})
-        session_config = plan.session_config()
-        session_config.intra_op_parallelism_threads = 1
-        with tf.Session(config=session_config) as sess:
-          sess.run(tf.global_variables_initializer())
-          sess.run([var.assign(initial[var.op.name]) for var in variables])
-          for step, batch in enumerate(data[towers]):
-            feed = {placeholders[k]: v for k, v in batch.items()}
-            arrays[run_key(run, step, "lr")] = sess.run(ops.learning_rate)
-            _, arrays[run_key(run, step, "global_norm")], arrays[run_key(run, step, "loss")] = \
-                sess.run([ops.train_op, ops.global_norm, ops.loss], feed)
-            for var, value in zip(variables, sess.run(variables)):
-              arrays[run_key(run, step, var.op.name)] = value
+      # Each batch is cut to its longest window: placeholders of any length.
+      initial = same_start.train_ours(
+          tf, run, towers, global_pointer.create_model_fn(config, NUM_TYPES, head, SEQ),
+          data[towers], WARMUP, arrays, initial, any_length=True)
       print("%s: losses %s" % (run, " ".join(
           "%.6f" % arrays[run_key(run, s, "loss")] for s in range(STEPS))))
-    arrays.update({"initial/%s/%s" % (head, name): value for name, value in initial.items()})
-  arrays["tensorflow_version"] = np.array(tf.__version__)
-  np.savez(out, **arrays)
-  print("wrote %s (TensorFlow %s)" % (out, tf.__version__))
+    same_start.add_start(arrays, initial, "initial/%s/" % head)
+  same_start.save_ours(tf, out, arrays)
 
 
 # ---------------------------------------------------------------------------
@@ -236,46 +207,28 @@ def make_model(head, dtype, variant="paper"):
   return model.to(dtype)
 
 
+def span_loss(torch, model, batch):
+  """The span head's loss on one of ours' batches."""
+  return model(**{k: torch.from_numpy(batch[k]).long() for k in BATCH_FEATURES}).loss
+
+
 def train_torch(head, initial, data, dtype="float32", variant="paper"):
-  """torch's STEPS steps (variant: "paper" or one of CONTRASTS): per step, (its weights under
-  Google's names after the step, the rate factor, the norm before clipping, the loss before
-  the step)."""
+  """torch's STEPS steps (variant: "paper" or one of CONTRASTS): same_start.train_torch's per
+  step (its weights under Google's names after the step, the rate factor, the norm before
+  clipping, the loss before the step)."""
   # pylint: disable=import-outside-toplevel
   import torch
   import hf_common
   model = make_model(head, getattr(torch, dtype), variant)
   hf_common.load_arrays(model, initial, "ours' initial weights", HEAD_SCOPE)
-  optimizer = hf_common.make_optimizer(model, PEAK_LR, WEIGHT_DECAY)
-  scheduler = hf_common.make_scheduler(optimizer, "google", WARMUP, NUM_TRAIN_STEPS)
-  steps = []
-  for batch in data:
-    rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
-    optimizer.zero_grad(set_to_none=True)
-    tensors = {k: torch.from_numpy(batch[k]).long() for k in BATCH_FEATURES}
-    loss = model(**tensors).loss
-    loss.backward()
-    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-    optimizer.step()
-    scheduler.step()
-    steps.append((hf_common.google_arrays(model, HEAD_SCOPE), rate, norm, float(loss.detach())))
-  return steps
-
-
-def largest_difference(ours, run, step, weights):
-  return max(float(np.max(np.abs(ours[run_key(run, step, name)] - weights[name])))
-             for name in weights)
-
-
-def largest_change(weights, initial):
-  return max(float(np.max(np.abs(weights[name] - initial[name]))) for name in weights)
+  return same_start.train_torch(model, data, span_loss, WARMUP, head_scope=HEAD_SCOPE)
 
 
 def run_torch(ours_path, summary_path=None):
   # pylint: disable=import-outside-toplevel
   import torch
   import transformers
-  torch.set_num_threads(1)
-  ours = np.load(ours_path)
+  ours = same_start.open_ours(ours_path)
   data = [{name: ours["batch/%d/%s" % (step, name)] for name in BATCH_FEATURES}
           for step in range(STEPS)]
   print("TensorFlow %s (ours), torch %s, transformers %s; %d types, head size %d, %d steps "
@@ -284,12 +237,11 @@ def run_torch(ours_path, summary_path=None):
             NUM_TYPES, HEAD_SIZE, STEPS, BATCH, [b["input_ids"].shape[1] for b in data]))
   summary = {}
   for head in HEADS:
-    prefix = "initial/%s/" % head
-    initial = {k[len(prefix):]: ours[k] for k in ours.files if k.startswith(prefix)}
+    initial = same_start.start_of(ours, "initial/%s/" % head)
     theirs = train_torch(head, initial, data)
     exact = train_torch(head, initial, data, "float64")
     contrasts = {v: train_torch(head, initial, data, variant=v) for v in CONTRASTS[head]}
-    changes = np.maximum.accumulate([largest_change(w, initial) for w, _, _, _ in theirs])
+    changes = same_start.changes_so_far(theirs, initial)
     runs = [run_name(head, towers) for towers in TOWERS]
     losses = {run: [float(ours[run_key(run, s, "loss")]) for s in range(STEPS)] for run in runs}
     print("\n%s: initial loss ours %s, torch %.7f (float64 %.7f)" % (
@@ -301,15 +253,14 @@ def run_torch(ours_path, summary_path=None):
     for step in range(STEPS):
       weights, rate, norm, loss = theirs[step]
       assert abs(ours[run_key(runs[0], step, "lr")] / PEAK_LR - rate) < 1e-6
-      relative = {run: largest_difference(ours, run, step, weights) / changes[step]
+      relative = {run: same_start.largest_difference(ours, run, step, weights) / changes[step]
                   for run in runs}
       for run in runs:
         worst[run] = max(worst[run], relative[run])
-      towers = largest_difference(ours, runs[0], step, {
-          n: ours[run_key(runs[1], step, n)] for n in initial}) / changes[step]
-      fp64 = (largest_difference(ours, runs[0], step, exact[step][0]) / changes[step],
-              max(float(np.max(np.abs(weights[n] - exact[step][0][n]))) for n in initial) /
-              changes[step])
+      towers = same_start.largest_difference(ours, runs[0], step, same_start.ours_after(
+          ours, runs[1], step, initial)) / changes[step]
+      fp64 = (same_start.largest_difference(ours, runs[0], step, exact[step][0]) / changes[step],
+              same_start.largest_distance(weights, exact[step][0]) / changes[step])
       if step == 0:
         first = {"towers": towers, "fp64": fp64}
       print("%4d  %.6f/%.6f/%.6f  %.6f/%.6f  %.2e/%.2e    %.2e/%.2e         %.2e" % (
@@ -318,11 +269,12 @@ def run_torch(ours_path, summary_path=None):
           relative[runs[1]], fp64[0], fp64[1], towers))
     print("largest after %d steps: %s" % (STEPS, ", ".join(
         "%s %.2e" % (run, value) for run, value in worst.items())))
-    print("largest after step 1 (1 tower) at " + adversarial_vs_torch.worst_element(
+    print("largest after step 1 (1 tower) at " + same_start.worst_element(
         ours, runs[0], initial, theirs[0][0], PEAK_LR * theirs[0][1]))
     # Against the variants: the first step's difference, relative to that variant's change.
-    against = {v: largest_difference(ours, runs[0], 0, steps[0][0]) /
-                  largest_change(steps[0][0], initial) for v, steps in contrasts.items()}
+    against = {v: same_start.largest_difference(ours, runs[0], 0, steps[0][0]) /
+                  same_start.largest_distance(steps[0][0], initial)
+               for v, steps in contrasts.items()}
     print("contrast, ours (1 tower) against torch's variants at step 1: %s" % ", ".join(
         "%s %.2f (initial loss %.7f)" % (v, against[v], contrasts[v][0][3]) for v in against))
     summary[head] = {
@@ -344,16 +296,8 @@ def run_torch(ours_path, summary_path=None):
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("side", choices=("ours", "torch"))
-  p.add_argument("--out", default="/tmp/global_pointer_vs_torch.npz", help="ours: where to write")
-  p.add_argument("--ours", default="/tmp/global_pointer_vs_torch.npz", help="torch: ours' file")
-  p.add_argument("--summary", help="torch: also write the figures as JSON here")
-  args = p.parse_args(argv)
-  if args.side == "ours":
-    run_ours(args.out)
-  else:
-    run_torch(args.ours, args.summary)
+  same_start.two_sides_main(__doc__, "/tmp/global_pointer_vs_torch.npz", run_ours, run_torch,
+                            argv, summary=True)
 
 
 if __name__ == "__main__":

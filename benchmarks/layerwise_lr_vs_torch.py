@@ -7,13 +7,13 @@ Two steps, one per virtualenv:
   .venv-tf2/bin/python benchmarks/layerwise_lr_vs_torch.py ours --out /tmp/llrd.npz
   /work/bench-venv/bin/python benchmarks/layerwise_lr_vs_torch.py torch --ours /tmp/llrd.npz
 
-`ours` builds a tiny BERT classifier (the classifier's model fn, dropout 0) with weights drawn
-once by NumPy under Google's names, and trains it for STEPS steps on fixed batches through
-multigpu.build_training: `--adam_bias_correction` AdamW, Google's warmup-then-decay rate,
-global-norm clip 1.0, weight decay 0.01 except LayerNorm and biases, layer-wise decay
-DECAY; on 1 tower, on 2 towers, and on 1 tower without the decay (1.0), for contrast; every
-run keeps weight averages with decay EMA_DECAY (weight_averages.py: bias-corrected, with the
-decay warmed up as the run scripts do by default, --ema_warmup).
+`ours` builds same_start.py's tiny BERT classifier (the classifier's model fn, dropout 0) with
+weights drawn once by NumPy under Google's names, and trains it for STEPS steps on its fixed
+batches through multigpu.build_training: `--adam_bias_correction` AdamW, Google's
+warmup-then-decay rate, global-norm clip 1.0, weight decay 0.01 except LayerNorm and biases,
+layer-wise decay DECAY; on 1 tower, on 2 towers, and on 1 tower without the decay (1.0), for
+contrast; every run keeps weight averages with decay EMA_DECAY (weight_averages.py:
+bias-corrected, with the decay warmed up as the run scripts do by default, --ema_warmup).
 `torch` loads the same weights into transformers' BertForSequenceClassification (eager
 attention, eval mode, dropout 0), trains it on the same batches with the mean cross-entropy,
 torch.nn.utils.clip_grad_norm_(1.0) and torch.optim.AdamW (eps 1e-6), one parameter group per
@@ -41,54 +41,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import adamw_vs_torch  # pylint: disable=wrong-import-position
+import same_start  # pylint: disable=wrong-import-position
 
-CONFIG = {"vocab_size": 60, "hidden_size": 32, "num_hidden_layers": 3,
-          "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
-          "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-          "max_position_embeddings": 16, "type_vocab_size": 2, "initializer_range": 0.02}
-NUM_LABELS, SEQ, BATCH = 3, 16, 8
-STEPS, PEAK_LR, WARMUP, NUM_TRAIN_STEPS, WEIGHT_DECAY = 4, 1e-3, 2, 10, 0.01
+CONFIG, NUM_LABELS = same_start.CONFIG, same_start.NUM_LABELS
+STEPS, PEAK_LR, WEIGHT_DECAY = same_start.STEPS, same_start.PEAK_LR, same_start.WEIGHT_DECAY
+WARMUP = 2
 DECAY = 0.8
 EMA_DECAY = 0.7  # far from 1: four steps move the averages well away from the start
 # (label, towers, layer-wise decay): torch always trains with DECAY.
 RUNS = (("1 tower", 1, DECAY), ("2 towers", 2, DECAY), ("1 tower, no decay", 1, 1.0))
-
-
-def batches(seed=1):
-  """STEPS batches of BATCH rows: ids, a mask of random length, a second segment, labels."""
-  rng = np.random.RandomState(seed)
-  result = []
-  for _ in range(STEPS):
-    lengths = rng.randint(4, SEQ + 1, size=BATCH)
-    positions = np.arange(SEQ)[None, :]
-    input_mask = (positions < lengths[:, None]).astype(np.int32)
-    second = rng.randint(2, SEQ, size=BATCH)  # where segment 1 starts
-    result.append({
-        "input_ids": rng.randint(1, CONFIG["vocab_size"], size=[BATCH, SEQ]).astype(
-            np.int32) * input_mask,
-        "input_mask": input_mask,
-        "segment_ids": ((positions >= second[:, None]) * input_mask).astype(np.int32),
-        "label_ids": rng.randint(0, NUM_LABELS, size=BATCH).astype(np.int32)})
-  return result
-
-
-def draw_weights(shapes, seed=0):
-  """Weights for Google's names: LayerNorm gammas near 1, everything else (biases too, so
-  that the weight-decay exclusions matter) N(0, 0.1): large enough that the global-norm
-  clip at 1.0 acts on the steps that move the weights."""
-  rng = np.random.RandomState(seed)
-  weights = {}
-  for name in sorted(shapes):
-    value = rng.randn(*shapes[name]) * 0.1
-    if name.endswith("LayerNorm/gamma"):
-      value += 1.0
-    weights[name] = value.astype(np.float32)
-  return weights
-
-
-def run_key(run, step, name):
-  return "%s/%d/%s" % (run, step, name)
+run_key = same_start.run_key  # where ours' file keeps a run's step
 
 
 def run_ours(out):
@@ -97,45 +59,17 @@ def run_ours(out):
   from bert_mgpu.classifier import model as classifier_model
   from bert_mgpu.training import weight_averages
   import modeling
-  import multigpu
   tf.disable_eager_execution()
   config = modeling.BertConfig.from_dict(CONFIG)
-  data = batches()
+  data = same_start.batches()
   arrays, initial = {}, None
   for run, towers, decay in RUNS:
-    plan = multigpu.plan_devices(towers, visible_gpus=0)
-    with tf.Graph().as_default():
-      placeholders = {k: tf.placeholder(tf.int32, [None] + list(v.shape[1:]), name=k)
-                      for k, v in data[0].items()}
-      ops = multigpu.build_training(
-          plan, classifier_model.create_model_fn(config, NUM_LABELS), placeholders, PEAK_LR,
-          NUM_TRAIN_STEPS, WARMUP, "adamw", clip_norm=1.0, adam_bias_correction=True,
-          layerwise_lr_decay=decay, ema_decay=EMA_DECAY,
-          ema_rule=weight_averages.Rule(bias_correction=True, recorded=True, warmup=True))
-      start_averages = weight_averages.build_start()
-      variables = tf.trainable_variables()
-      averages = weight_averages.used_variables(variables)
-      if initial is None:
-        initial = draw_weights({v.op.name: v.shape.as_list() for v in variables})
-      session_config = plan.session_config()
-      session_config.intra_op_parallelism_threads = 1
-      with tf.Session(config=session_config) as sess:
-        sess.run(tf.global_variables_initializer())
-        sess.run([var.assign(initial[var.op.name]) for var in variables])
-        sess.run(start_averages)
-        for step, batch in enumerate(data):
-          arrays["%s/%d/lr" % (run, step)] = sess.run(ops.learning_rate)
-          _, arrays["%s/%d/global_norm" % (run, step)] = sess.run(
-              [ops.train_op, ops.global_norm],
-              {placeholders[k]: v for k, v in batch.items()})
-          for var, value in zip(variables, sess.run(variables)):
-            arrays[run_key(run, step, var.op.name)] = value
-          for var, value in zip(variables, sess.run(averages)):
-            arrays[run_key(run, step, "average/" + var.op.name)] = value
-  arrays.update({"initial/" + name: value for name, value in initial.items()})
-  arrays["tensorflow_version"] = np.array(tf.__version__)
-  np.savez(out, **arrays)
-  print("wrote %s (TensorFlow %s)" % (out, tf.__version__))
+    initial = same_start.train_ours(
+        tf, run, towers, classifier_model.create_model_fn(config, NUM_LABELS), data, WARMUP,
+        arrays, initial, layerwise_lr_decay=decay, ema_decay=EMA_DECAY,
+        ema_rule=weight_averages.Rule(bias_correction=True, recorded=True, warmup=True))
+  same_start.add_start(arrays, initial)
+  same_start.save_ours(tf, out, arrays)
 
 
 def hf_factor(hf_name, num_layers, decay):
@@ -177,51 +111,54 @@ def grouped_adamw(model, torch, no_decay_patterns):
        for (factor, decays), params in sorted(groups.items())], eps=1e-6, foreach=False)
 
 
+class TorchAverages(object):
+  """bert4keras's bias-corrected weight averages kept beside a torch model, with TF's
+  warmed-up decay: after update t, zero_started <- D_t zero_started + (1 - D_t) param with
+  D_t = min(EMA_DECAY, (1 + t) / (10 + t)), divided by 1 - D_1 ... D_t.
+
+  Called after each update (train_torch's after_step); `steps` holds, per step, the
+  averages under Google's names and layouts."""
+
+  def __init__(self, torch, model):
+    self.torch = torch
+    self.zero_started = {name: torch.zeros_like(param)
+                         for name, param in model.named_parameters()}
+    self.decay_product = 1.0  # D_1 ... D_t
+    self.steps = []
+
+  def __call__(self, step, model):
+    import hf_common  # pylint: disable=import-outside-toplevel
+    step_decay = min(EMA_DECAY, (1.0 + step) / (10.0 + step))
+    self.decay_product *= step_decay
+    with self.torch.no_grad():
+      for name, param in model.named_parameters():
+        self.zero_started[name].mul_(step_decay).add_(param, alpha=1 - step_decay)
+      corrected = [(name, value / (1 - self.decay_product))
+                   for name, value in self.zero_started.items()]
+    self.steps.append(hf_common.named_google_arrays(corrected))
+
+
 def run_torch(ours_path):
   # pylint: disable=import-outside-toplevel
   import torch
   import transformers
   import hf_common
-  torch.set_num_threads(1)
-  ours = np.load(ours_path)
-  initial = {k[len("initial/"):]: ours[k] for k in ours.files if k.startswith("initial/")}
+  ours = same_start.open_ours(ours_path)
+  initial = same_start.start_of(ours)
   print("TensorFlow %s (ours), torch %s, transformers %s; layer-wise decay %s, %d layers" % (
       ours["tensorflow_version"], torch.__version__, transformers.__version__, DECAY,
       CONFIG["num_hidden_layers"]))
-  model = transformers.BertForSequenceClassification(
-      hf_common.hf_bert_config(CONFIG, NUM_LABELS, attn_implementation="eager"))
-  model.eval()  # dropout is 0 anyway
-  hf_common.load_arrays(model, initial, ours_path + " (initial/)")
+  model = same_start.torch_classifier(initial, ours_path + " (initial/)")
   optimizer = grouped_adamw(model, torch, hf_common.NO_DECAY_PATTERNS)
-  scheduler = hf_common.make_scheduler(optimizer, "google", WARMUP, NUM_TRAIN_STEPS)
+  # The groups' rates are still the peak ones: train_torch starts the schedule.
   print("%d parameter groups, factors %s" % (len(optimizer.param_groups), ", ".join(
-      sorted(set("%.4g" % (g["initial_lr"] / PEAK_LR)
-                 for g in optimizer.param_groups)))))
-  theirs = []  # per step: (torch's weights under Google's names and layouts, rate, norm)
-  zero_started = {name: torch.zeros_like(param) for name, param in model.named_parameters()}
-  averages = []  # per step: torch's averages under Google's names and layouts
-  decay_product = 1.0  # D_1 ... D_t
-  for step, batch in enumerate(batches(), 1):
-    rate = optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["initial_lr"]
-    optimizer.zero_grad(set_to_none=True)
-    output = model(input_ids=torch.from_numpy(batch["input_ids"]).long(),
-                   attention_mask=torch.from_numpy(batch["input_mask"]).long(),
-                   token_type_ids=torch.from_numpy(batch["segment_ids"]).long(),
-                   labels=torch.from_numpy(batch["label_ids"]).long())
-    output.loss.backward()
-    norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-    optimizer.step()
-    scheduler.step()
-    theirs.append((hf_common.google_arrays(model), rate, norm))
-    step_decay = min(EMA_DECAY, (1.0 + step) / (10.0 + step))
-    decay_product *= step_decay
-    with torch.no_grad():
-      for name, param in model.named_parameters():
-        zero_started[name].mul_(step_decay).add_(param, alpha=1 - step_decay)
-      corrected = [(name, value / (1 - decay_product)) for name, value in zero_started.items()]
-    averages.append(hf_common.named_google_arrays(corrected))
+      sorted(set("%.4g" % (g["lr"] / PEAK_LR) for g in optimizer.param_groups)))))
+  averages = TorchAverages(torch, model)
+  # Per step: torch's weights under Google's names and layouts, rate, norm, loss.
+  theirs = same_start.train_torch(model, same_start.batches(), same_start.classifier_loss,
+                                  WARMUP, optimizer, after_step=averages)
   compare(ours, initial, theirs)
-  compare_averages(ours, initial, averages)
+  compare_averages(ours, initial, averages.steps)
 
 
 def compare_averages(ours, initial, averages):
@@ -253,7 +190,7 @@ def compare(ours, initial, theirs):
           " ".join("%-10s" % g for g in groups))
     change = {g: 0.0 for g in groups + ["overall"]}
     worst = dict(change)
-    for step, (weights, rate, norm) in enumerate(theirs):
+    for step, (weights, rate, norm, _) in enumerate(theirs):
       difference = {g: 0.0 for g in groups + ["overall"]}
       for name, start in initial.items():
         diff = float(np.max(np.abs(ours[run_key(run, step, name)] - weights[name])))
@@ -269,8 +206,8 @@ def compare(ours, initial, theirs):
         else:  # nothing has moved yet: the absolute difference
           cells.append("abs %.0e" % difference[g])
       print("%4d  %.4f/%.4f    %.4f/%.4f    %s" % (
-          step + 1, ours["%s/%d/lr" % (run, step)] / PEAK_LR, rate,
-          ours["%s/%d/global_norm" % (run, step)], norm, " ".join("%-10s" % c for c in cells)))
+          step + 1, ours[run_key(run, step, "lr")] / PEAK_LR, rate,
+          ours[run_key(run, step, "global_norm")], norm, " ".join("%-10s" % c for c in cells)))
     print("largest: " + ", ".join("%s %.2e" % (g, worst[g]) for g in ["overall"] + groups))
   final = theirs[-1][0]
   moved = {n: np.abs(final[n] - initial[n]) for n in initial}
@@ -290,7 +227,7 @@ def compare(ours, initial, theirs):
 
 
 def main():
-  adamw_vs_torch.two_sides_main(__doc__, "/tmp/layerwise_lr_vs_torch.npz", run_ours, run_torch)
+  same_start.two_sides_main(__doc__, "/tmp/layerwise_lr_vs_torch.npz", run_ours, run_torch)
 
 
 if __name__ == "__main__":
