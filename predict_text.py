@@ -38,6 +38,7 @@ With --serve=PORT it answers HTTP instead (bert_mgpu/serving/http_server.py, doc
   GET  /labels   {"labels": [...]}
   GET  /healthz  503 {"status": "loading"} until the model is ready, then 200 with counters,
                  503 {"status": "draining"} after SIGTERM
+  POST /<route>  a kind's own routes (serving/kinds.TextPredictor.routes)
 Requests that arrive within --batch_window_ms of each other run as one batch (at most
 --max_batch texts; a larger request runs in chunks of that many).
 
@@ -113,8 +114,15 @@ _DEFINE_KIND_FLAG = {"integer": flags.DEFINE_integer, "float": flags.DEFINE_floa
 
 def define_kind_flags():
   """Defines every known kind's own flags (serving/kinds.KindFlag): absl reads the command
-  line before the model, and so its kind, is known."""
-  for name, (flag, _) in kinds.all_flags().items():
+  line before the model, and so its kind, is known.
+
+  Raises:
+    ValueError: a kind's flag takes the name of one of this command's own.
+  """
+  for name, (flag, owners) in kinds.all_flags().items():
+    if name in FLAGS:
+      raise ValueError("the kind %s declares --%s, which predict_text.py defines itself: "
+                       "rename it" % (owners[0], name))
     _DEFINE_KIND_FLAG[flag.type](name, flag.default, flag.help)
 
 
@@ -123,22 +131,19 @@ def kind_flag_values():
   return {name: FLAGS[name].value for name in kinds.all_flags()}
 
 
-def check_kind_flag_values():
-  """Raises UsageError for a kind's number flag below its minimum."""
-  for name, (flag, _) in kinds.all_flags().items():
-    if flag.minimum is not None and FLAGS[name].value < flag.minimum:
-      raise UsageError("--%s=%s: it must be at least %s." % (name, FLAGS[name].value,
-                                                              flag.minimum))
-
-
 def check_kind_flags(model):
-  """Raises UsageError for a kind's flag given for a model of another kind."""
+  """Raises UsageError for a kind's flag given for a model of another kind, or one of the
+  model's kind below its minimum."""
   kind = model.files.kind
   for name, (_, owners) in kinds.all_flags().items():
     if FLAGS[name].present and kind.name not in owners:
       raise UsageError("--%s is for %s; %s is %s: drop --%s." % (
           name, " or ".join(kinds.describe(owner) for owner in owners),
           FLAGS.export_dir or FLAGS.output_dir, kind.description, name))
+  for flag in kind.flags:
+    value = FLAGS[flag.name].value
+    if flag.minimum is not None and value is not None and value < flag.minimum:
+      raise UsageError("--%s=%s: it must be at least %s." % (flag.name, value, flag.minimum))
 
 
 def training_scripts():
@@ -152,7 +157,6 @@ def check_flags():
     raise UsageError("give exactly one of --export_dir (an export) and --output_dir "
                      "(a trained %s output_dir)." % training_scripts())
   command_line_base.check_positive(("max_batch", "max_request_texts"))
-  check_kind_flag_values()
   check_backend_flags()
   for name in ("batch_window_ms", "drain_seconds", "onnx_threads"):
     if getattr(FLAGS, name) < 0:
@@ -290,7 +294,7 @@ def make_predictor(model):
     predictor = make_onnx_predictor(model)
   else:
     predictor = make_tensorflow_predictor(model)
-  predictor.use_flags({flag.name: FLAGS[flag.name].value for flag in model.files.kind.flags})
+  predictor.use_flags(kind_flag_values())
   return predictor
 
 

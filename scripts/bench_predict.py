@@ -378,14 +378,13 @@ def bench_padding(args, model):
   order = np.argsort(-lengths, kind="stable")
   # Predictor.predict always cuts to the longest; its graph takes any length, so feeding it
   # the full max_seq_length rows is the fixed-padding baseline on the same weights and session.
-  session, inputs, output = predictor._session, predictor._inputs, predictor._output
 
   def one_pass(fixed):
     start = time.time()
     for begin in range(0, len(order), args.batch_size):
       rows = order[begin:begin + args.batch_size]
       width = predictor.max_seq_length if fixed else int(lengths[rows].max())
-      session.run(output, {inputs[name]: features.arrays[name][rows, :width]
+      predictor.run_batch({name: features.arrays[name][rows, :width]
                            for name in tfrecord_io.MODEL_INPUTS})
     return time.time() - start
 

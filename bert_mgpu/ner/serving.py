@@ -167,8 +167,8 @@ class WindowPredictor(kinds.TextPredictor):
 
 
 class NerPredictor(WindowPredictor):
-  """An NER model around a tagger of windows: predict(model_inputs.Features) -> TAG_IDS,
-  int32 [windows, seq]."""
+  """An NER model around a tagger of windows: predict(model_inputs.Features) ->
+  {TAG_IDS: int32 [windows, seq]}."""
 
   _OUTPUT = TAG_IDS
 
@@ -190,7 +190,7 @@ class OnnxTagger(onnx_predictor.OnnxRun):
   """An NER model's windows on ONNX Runtime: tag ids, decoded in NumPy with a CRF."""
 
   def run_batch(self, arrays):
-    """TAG_IDS, int32 [batch, seq], of one batch of windows (cut to its longest)."""
+    """{TAG_IDS: int32 [batch, seq]} of one batch of windows (cut to its longest)."""
     transitions = self.model.assets.get("crf_transitions")
     if transitions is None:
       return super(OnnxTagger, self).run_batch(arrays)
@@ -292,7 +292,7 @@ def window_outputs(spans):
 
 class SpanPredictor(WindowPredictor):
   """A span head's model (entities may nest) around a runner of windows:
-  predict(model_inputs.Features) -> SPANS_OUTPUT, float32 [windows, max_seq_length, 4]."""
+  predict(model_inputs.Features) -> {SPANS_OUTPUT: float32 [windows, max_seq_length, 4]}."""
 
   _OUTPUT = SPANS_OUTPUT
 

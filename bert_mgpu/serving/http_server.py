@@ -33,6 +33,9 @@ _LOGGER = logging.getLogger("tensorflow")
 # Largest POST body accepted, in bytes.
 MAX_REQUEST_BYTES = 16 << 20
 
+# Paths the server answers itself, which a kind's route cannot take.
+RESERVED_PATHS = ("/predict", "/labels", "/healthz")
+
 
 # ---------------------------------------------------------------------------
 # Requests
@@ -101,12 +104,22 @@ class ServingState(object):
     self.chunk_size = chunk_size
     self.limits = limits
     self.truncated = 0
-    self.requests = 0  # POST /predict answered with the model's outputs
+    self.requests = 0  # POSTs (/predict and the kind's routes) answered by the model
+    self.routes = {}  # the kind's own POST routes, checked (ready())
     self.draining = False
     self._active = 0  # requests past parsing whose reply is not written yet
     self._idle = threading.Condition()
 
   def ready(self, predictor, batcher):
+    """Takes the loaded predictor and its batcher. Raises UsageError for a kind's route that
+    could not be served (no leading /, or a path the server answers itself)."""
+    routes = dict(predictor.routes())
+    for path in routes:
+      if not path.startswith("/") or path in RESERVED_PATHS:
+        raise UsageError("%s declares the HTTP route %r: a kind's route starts with / and "
+                         "is none of %s." % (type(predictor).__name__, path,
+                                             ", ".join(RESERVED_PATHS)))
+    self.routes = routes
     self.batcher = batcher
     self.predictor = predictor
 
@@ -170,6 +183,10 @@ class ServingState(object):
       BadRequest, TooManyTexts: as the route raises them.
     """
     reply = route(request, self.batcher.predict, self.limits)
+    try:
+      json.dumps(reply)
+    except (TypeError, ValueError) as e:  # e.g. a NumPy value left in it
+      raise ValueError("the route's reply is not JSON (%s)" % e)
     with self._idle:
       self.requests += 1
     return reply
@@ -185,7 +202,8 @@ READ_TIMEOUT_SECONDS = 10
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-  """GET /healthz, GET /labels, POST /predict; JSON in and out, HTTP/1.1 with keep-alive."""
+  """GET /healthz, GET /labels, POST /predict and the kind's POST routes; JSON in and out,
+  HTTP/1.1 with keep-alive."""
 
   state = None  # the ServingState, set on a subclass by make_server()
   timeout = READ_TIMEOUT_SECONDS
@@ -221,13 +239,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self._reply(404, {"error": "no such path: use POST /predict, GET /labels or /healthz"})
 
   def _post_routes(self):
-    """The POST paths: /predict, then the kind's own (once the model is loaded)."""
-    predictor = self.state.predictor
-    return ["/predict"] + (sorted(predictor.routes()) if predictor is not None else [])
+    """The POST paths: /predict, then the kind's own (known once the model is loaded)."""
+    return ["/predict"] + sorted(self.state.routes)
 
   def _read_body(self):
     """The request body, or None after replying with an error (the connection then closes,
     since the body was not read)."""
+    # While the model loads, its kind's routes are not known yet: any path gets 503.
     if self.path not in self._post_routes() and self.state.predictor is not None:
       self._reply(404, {"error": "no such path: use POST %s" %
                                  " or ".join(self._post_routes())}, close=True)
@@ -259,7 +277,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     body = self._read_body()
     if body is None:
       return
-    route = self.state.predictor.routes().get(self.path)  # None: /predict
+    route = self.state.routes.get(self.path)  # None: /predict
     try:
       if route is None:
         inputs = parse_request(body, self.state.predictor, self.state.limits)

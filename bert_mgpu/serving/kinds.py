@@ -39,7 +39,7 @@ _KINDS = {}
 InputLimits = collections.namedtuple("InputLimits", ["max_texts", "kind_flags"])
 InputLimits.__new__.__defaults__ = (4096, None)
 InputLimits.__doc__ = """What one request or input file may ask of the model (predict_text.py's
-flags), given to the kind's parsing.
+flags), given to the kind's parsing and its HTTP routes.
 
 Fields:
   max_texts: the most texts (a kind's records) one HTTP request may hold
@@ -63,6 +63,7 @@ Fields:
   help: its help text.
   minimum: the least value a number may take (refused below, in one line), or None.
 """
+
 
 class ServableKind(object):
   """One kind of servable model. Subclasses set the class attributes and override what
@@ -94,7 +95,10 @@ class ServableKind(object):
     InputLimits.kind_flags), or its default when `values` is None or lacks it."""
     if values and name in values:
       return values[name]
-    return next(flag.default for flag in self.flags if flag.name == name)
+    for flag in self.flags:
+      if flag.name == name:
+        return flag.default
+    raise KeyError("%s declares no flag --%s" % (self.name, name))
 
   def read_labels(self, path):
     """The label list in labels.txt. Raises UsageError."""
@@ -248,6 +252,8 @@ class TextPredictor(object):
     labels: the label list ([] for a kind without labels).
     max_seq_length: the model's.
     takes_text_b: the kind's.
+    kind_flags: the values of the kind's own flags (use_flags), or None: flag() then gives
+      their defaults (a predictor built outside predict_text.py).
   """
 
   def __init__(self, model, runner):
@@ -351,7 +357,9 @@ class TextPredictor(object):
     predict, limits) -> the JSON reply, where request is the decoded JSON body, predict
     runs model_inputs.Features through the server's micro-batcher (this predict()'s
     outputs) and limits is the InputLimits. The function raises BadRequest (400) or
-    TooManyTexts (413). POST only."""
+    TooManyTexts (413); its reply must be JSON (NumPy values converted). POST only; a route
+    is not split into chunks of --max_batch as /predict is, and the texts it truncates are
+    not counted in /healthz."""
     return {}
 
   def decode(self, featurized, outputs):

@@ -50,10 +50,17 @@ class NoTokensError(ValueError):
 
 
 def concatenate_features(parts):
-  """One Features of several, in order."""
-  return Features(
-      {name: np.concatenate([p.arrays[name] for p in parts]) for name in parts[0].arrays},
-      np.concatenate([p.truncated for p in parts]))
+  """One Features of several, in order; windowed rows of different window counts are
+  padded with all-zero windows to the most (as featurizing pads them)."""
+  arrays = {}
+  for name in parts[0].arrays:
+    pieces = [part.arrays[name] for part in parts]
+    if pieces[0].ndim == 3:  # [rows, windows, seq]
+      most = max(piece.shape[1] for piece in pieces)
+      pieces = [np.pad(piece, [(0, 0), (0, most - piece.shape[1]), (0, 0)])
+                for piece in pieces]
+    arrays[name] = np.concatenate(pieces)
+  return Features(arrays, np.concatenate([part.truncated for part in parts]))
 
 
 def log_truncated(count, total, max_seq_length):
@@ -82,14 +89,14 @@ Fields:
 """
 
 
-def _sizes(spec, length):
+def _row_shape(spec, length):
   """The sizes after the rows' axis of an output joined at sequence length `length`."""
   return [length if size == SEQUENCE else size for size in spec.shape]
 
 
 def empty_outputs(output_specs):
   """The outputs of no rows: dict name -> an empty array of each output's shape."""
-  return {name: np.zeros([0] + _sizes(spec, 0), spec.dtype)
+  return {name: np.zeros([0] + _row_shape(spec, 0), spec.dtype)
           for name, spec in output_specs.items()}
 
 
@@ -124,26 +131,29 @@ def predict_in_batches(arrays, run_batch, batch_size, max_seq_length, length_mul
   window_lengths = mask.sum(axis=-1)
   lengths = window_lengths.reshape([len(mask), -1]).sum(axis=1)  # [n]
   order = np.argsort(-lengths, kind="stable")  # longest first: similar lengths batch together
-  batches = []  # (rows, the length fed)
+  batches = []  # (rows, the length they are fed)
   for start in range(0, len(order), batch_size):
     rows = order[start:start + batch_size]
     batches.append((rows, batch_shapes.padded_length(
         int(window_lengths[rows].max()), length_multiple, max_seq_length)))
-  joined_length = max(length for _, length in batches)
-  results = {name: np.full([len(lengths)] + _sizes(spec, joined_length), spec.padding,
+  joined_length = max(fed_length for _, fed_length in batches)
+  results = {name: np.full([len(lengths)] + _row_shape(spec, joined_length), spec.padding,
                            spec.dtype)
              for name, spec in output_specs.items()}
-  for rows, longest in batches:
+  for rows, fed_length in batches:
     # Windowed: also cut to the batch's most windows (padded windows come last).
     cut = ((slice(None, int((window_lengths[rows] > 0).sum(axis=1).max())),)
            if mask.ndim == 3 else ())
-    values = run_batch({name: array[(rows,) + cut + (slice(None, longest),)]
+    values = run_batch({name: array[(rows,) + cut + (slice(None, fed_length),)]
                         for name, array in arrays.items()})
     for name, spec in output_specs.items():
-      wanted = [len(rows)] + _sizes(spec, longest)
+      wanted = [len(rows)] + _row_shape(spec, fed_length)
       if list(values[name].shape) != wanted:
         raise ValueError("the model's %r output is %s for a batch of %d row(s) fed %d long; "
                          "its OutputSpec says %s" % (name, list(values[name].shape),
-                                                     len(rows), longest, wanted))
+                                                     len(rows), fed_length, wanted))
+      if not np.can_cast(values[name].dtype, spec.dtype, "same_kind"):
+        raise ValueError("the model's %r output is %s; its OutputSpec says %s" % (
+            name, values[name].dtype, np.dtype(spec.dtype)))
       results[name][(rows,) + tuple(slice(None, size) for size in wanted[1:])] = values[name]
   return results

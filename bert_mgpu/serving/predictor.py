@@ -156,13 +156,16 @@ class Predictor(object):
     Returns:
       dict name -> np.ndarray [n, ...], in input order (model_inputs.predict_in_batches).
     """
-    def run_batch(arrays):
-      return self._session.run(self._outputs, {self._inputs[name]: arrays[name]
-                                               for name in self._inputs})
     return model_inputs.predict_in_batches(
-        {name: features.arrays[name] for name in self._inputs}, run_batch,
+        {name: features.arrays[name] for name in self._inputs}, self.run_batch,
         self.global_batch_size, self.max_seq_length, self.length_multiple,
         self._output_specs)
+
+  def run_batch(self, arrays):
+    """The outputs of one batch as fed, uncut: dict name -> array (arrays: the fed inputs,
+    [batch, seq] each)."""
+    return self._session.run(self._outputs, {self._inputs[name]: arrays[name]
+                                             for name in self._inputs})
 
   def close(self):
     self._session.close()

@@ -176,8 +176,8 @@ Fields:
 
 class SquadPredictor(kinds.TextPredictor):
   """A reading-comprehension model: Questions in, answer records out, around a runner of
-  windows: predict(model_inputs.Features) -> float32 [windows, 2, max_seq_length], the start
-  and end logits."""
+  windows: predict(model_inputs.Features) -> {"start_logits", "end_logits"}, float32
+  [windows, seq] each."""
 
   def __init__(self, model, runner):
     super(SquadPredictor, self).__init__(model, runner)
@@ -248,7 +248,7 @@ class SquadPredictor(kinds.TextPredictor):
       try:
         questions.append(question_of(
             item, self.model.files.kind.flag_value(limits.kind_flags,
-                                              MAX_CONTEXT_CHARS.name)))
+                                                   MAX_CONTEXT_CHARS.name)))
       except BadQuestion as e:
         error = kinds.TooManyTexts if e.too_long else kinds.BadRequest
         raise error(("" if single else "item %d: " % index) + str(e))

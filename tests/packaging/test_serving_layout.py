@@ -115,22 +115,29 @@ def test_the_kind_check_finds_a_kind_name_in_code_but_not_in_docstrings():
 
 
 def kind_flag_names():
-  sys.path.insert(0, REPO_DIR)
+  if REPO_DIR not in sys.path:
+    sys.path.insert(0, REPO_DIR)
   from bert_mgpu.serving import kinds  # pylint: disable=import-outside-toplevel
   return sorted(kinds.all_flags())
 
 
 def flag_mentions(tree, flag_names):
-  """(line, text) of each string constant outside docstrings that names a flag of
-  `flag_names` (as "name" or within "--name...")."""
+  """(line, text) of each place code names a flag of `flag_names`: a string constant
+  outside docstrings ("name", or "--name..." within it), an identifier, an attribute
+  (FLAGS.name, limits.name) or a keyword argument (name=...)."""
   docstrings = docstring_nodes(tree)
   found = []
   for node in ast.walk(tree):
     text = string_value(node)
-    if id(node) in docstrings or text is None:
-      continue
-    if any(text == name or "--" + name in text for name in flag_names):
-      found.append((node.lineno, text))
+    if text is not None and id(node) not in docstrings:
+      if any(text == name or "--" + name in text for name in flag_names):
+        found.append((node.lineno, text))
+    identifier = (node.id if isinstance(node, ast.Name) else
+                  node.attr if isinstance(node, ast.Attribute) else
+                  node.arg if isinstance(node, ast.keyword) else None)
+    if identifier in flag_names:
+      found.append((getattr(node, "lineno", None) or getattr(node.value, "lineno"),
+                    identifier))
   return found
 
 
@@ -145,10 +152,12 @@ def test_the_flag_check_finds_a_kinds_flag_in_code_but_not_in_docstrings():
   assert "max_context_chars" in kind_flag_names()  # the reading-comprehension kind's
   tree = ast.parse('"""--max_context_chars: the longest context."""\n'
                    'LIMIT = "max_context_chars"\n'
-                   'def f():\n'
-                   '  raise ValueError("raise --max_context_chars=%d" % 3)\n')
-  assert flag_mentions(tree, kind_flag_names()) == [
-      (2, "max_context_chars"), (4, "raise --max_context_chars=%d")]
+                   'def f(limits):\n'
+                   '  raise ValueError("raise --max_context_chars=%d" % 3)\n'
+                   'x = dict(max_context_chars=FLAGS.max_context_chars)\n')
+  assert sorted(flag_mentions(tree, kind_flag_names())) == [
+      (2, "max_context_chars"), (4, "raise --max_context_chars=%d"),
+      (5, "max_context_chars"), (5, "max_context_chars")]
 
 
 @pytest.mark.parametrize("kind", kind_names())

@@ -129,6 +129,15 @@ def test_no_rows_give_empty_named_outputs_of_each_shape():
       "spans": ((0, 8, 4), np.float32)}
 
 
+def test_an_output_of_another_dtype_than_declared_is_an_error():
+  mask = np.ones([2, 4], np.int32)
+  with pytest.raises(ValueError, match=r"'tag_ids' output is float32; its OutputSpec says int32"):
+    model_inputs.predict_in_batches(
+        {"input_ids": mask, "input_mask": mask},
+        lambda batch: {"tag_ids": np.full([2, 4], 2.7, np.float32)}, 2, 4, 1,
+        {"tag_ids": model_inputs.OutputSpec((model_inputs.SEQUENCE,), np.int32)})
+
+
 def test_an_output_of_another_shape_than_declared_is_an_error():
   mask = np.ones([2, 4], np.int32)
   with pytest.raises(ValueError, match=r"'probabilities' output is \[2, 5\].*says \[2, 3\]"):

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import cli
+from bert_mgpu import errors
 from bert_mgpu.classifier import serving as classifier_serving
 from bert_mgpu.serving import batching
 from bert_mgpu.serving import http_server
@@ -523,3 +524,43 @@ def test_micro_batches_stop_before_a_request_that_would_overflow():
     assert batcher.stop(REQUEST_TIMEOUT_SECONDS)
   # 3 (2 would overflow), then 2 + 1 (6 would), then 6 alone.
   assert sizes == [3, 3, 6], sizes
+
+
+def test_a_kinds_route_that_the_server_could_not_serve_is_refused_in_one_line():
+  for path in ("/predict", "/healthz", "rank"):
+    class Routed(StubPredictor):
+      def routes(self, path=path):
+        return {path: lambda request, predict, limits: {}}
+    state = http_server.ServingState(chunk_size=4, limits=kinds.InputLimits(max_texts=10))
+    with pytest.raises(errors.UsageError, match=r"^Routed declares the HTTP route '%s': a "
+                       r"kind's route starts with / and is none of /predict, /labels, "
+                       r"/healthz\.$" % re.escape(path)):
+      state.ready(Routed(), None)
+    assert state.predictor is None and state.routes == {}
+
+
+def test_a_routes_reply_that_is_not_json_is_an_error_and_not_counted():
+  state = http_server.ServingState(chunk_size=4, limits=kinds.InputLimits(max_texts=10))
+
+  class Routed(StubPredictor):
+    def routes(self):
+      return {"/score": lambda request, predict, limits: {"score": np.float32(0.5)}}
+
+  state.ready(Routed(), types.SimpleNamespace(predict=None))
+  with pytest.raises(ValueError, match="the route's reply is not JSON"):
+    state.run_route(state.routes["/score"], {})
+  assert state.requests == 0
+
+
+def test_joined_requests_of_a_windowed_model_pad_their_windows():
+  # Two requests of a --long_text=windows classifier, 2 and 3 windows per text, in one
+  # micro-batch: the first one's rows get an all-zero third window.
+  def features(rows, windows, value):
+    arrays = {name: np.full([rows, windows, 4], value, np.int32)
+              for name in ("input_ids", "input_mask", "segment_ids")}
+    return model_inputs.Features(arrays, np.zeros([rows], np.bool_))
+  joined = model_inputs.concatenate_features([features(1, 2, 7), features(2, 3, 9)])
+  assert joined.arrays["input_ids"].shape == (3, 3, 4)
+  np.testing.assert_array_equal(joined.arrays["input_mask"][0], [[7] * 4, [7] * 4, [0] * 4])
+  np.testing.assert_array_equal(joined.arrays["input_mask"][1:], 9)
+  assert joined.truncated.shape == (3,)
