@@ -65,6 +65,22 @@ def save_model_files(directory, vocab_file, bert_config_file, settings):
                     json.dumps(settings, indent=2) + "\n")
 
 
+def _load_settings(path):
+  """Parses a model_settings.json, once for every use of it in one load.
+
+  Args:
+    path: the file.
+
+  Returns:
+    (settings, error): the parsed JSON and None, or None and the OSError or ValueError that
+    reading it raised (_checked_settings words it).
+  """
+  try:
+    return json.loads(read_utf8(path)), None
+  except (OSError, ValueError) as e:
+    return None, e
+
+
 def read_settings(path, kinds=None):
   """Reads and checks a model_settings.json. Raises UsageError.
 
@@ -73,13 +89,17 @@ def read_settings(path, kinds=None):
     kinds: the `model` values the caller takes (kind names; None: any servable kind); another
       one is a one-line error naming it.
   """
+  return _checked_settings(path, _load_settings(path), kinds)
+
+
+def _checked_settings(path, loaded, kinds):
+  """read_settings of a file already loaded: `loaded` is _load_settings(path)."""
   kinds = any_kind() if kinds is None else tuple(kinds)
   script = servable_kinds.scripts_of(kinds)
-  try:
-    settings = json.loads(read_utf8(path))
-  except (OSError, ValueError) as e:
+  settings, error = loaded
+  if error is not None:
     raise UsageError("%s: cannot read it as JSON (%s); export the model again with "
-                     "%s --export_dir." % (path, e, script))
+                     "%s --export_dir." % (path, error, script))
   missing = [key for key in ("model", "do_lower_case", "max_seq_length")
              if not isinstance(settings, dict) or key not in settings]
   if missing:
@@ -136,19 +156,27 @@ def model_files(vocab_file, bert_config_file, labels_file, settings):
                     kind.read_assets(directory, settings, labels))
 
 
-def _needs_file(directory, name):
+def _needs_file(directory, name, loaded):
   """Whether a complete model in `directory` has the file `name`: labels.txt only for a
-  kind with labels (when the settings cannot be read, the settings check says why)."""
+  kind with labels (when the settings cannot be read, the settings check says why).
+
+  Args:
+    directory: the model's directory.
+    name: one of ASSET_FILES.
+    loaded: _load_settings of the directory's model_settings.json.
+  """
   if name != LABELS_FILE:
     return True
   if not os.path.isfile(os.path.join(directory, SETTINGS_FILE)):
     # The kind is unknown, so whether it has labels too: name the missing settings file
     # (a kind without labels, e.g. reading comprehension, was told labels.txt was missing).
     return False
+  settings, error = loaded
+  if error is not None:
+    return True
   try:
-    kind = servable_kinds.get(json.loads(read_utf8(os.path.join(directory, SETTINGS_FILE)))[
-        "model"])
-  except (OSError, ValueError, KeyError, TypeError):
+    kind = servable_kinds.get(settings["model"])
+  except (KeyError, TypeError):
     return True
   return kind is None or kind.has_labels
 
@@ -165,11 +193,15 @@ def find_model_files(directory, advice, kinds=None):
     UsageError: a file is missing or unreadable, or the model is of another kind.
   """
   kinds = any_kind() if kinds is None else tuple(kinds)
+  settings_path = os.path.join(directory, SETTINGS_FILE)
+  # Read once: it says whether labels.txt is needed, and then it is checked.
+  loaded = _load_settings(settings_path)
   for name in ASSET_FILES:
-    if _needs_file(directory, name) and not os.path.isfile(os.path.join(directory, name)):
+    if (_needs_file(directory, name, loaded) and
+        not os.path.isfile(os.path.join(directory, name))):
       raise UsageError("%s has no %s: it is not a complete %s model; %s" %
                        (directory, name, _complete_model_noun(kinds), advice))
-  settings = read_settings(os.path.join(directory, SETTINGS_FILE), kinds)
+  settings = _checked_settings(settings_path, loaded, kinds)
   return model_files(os.path.join(directory, VOCAB_FILE),
                      os.path.join(directory, CONFIG_FILE),
                      os.path.join(directory, LABELS_FILE), settings)
@@ -182,5 +214,6 @@ def _complete_model_noun(kinds):
 
 
 def has_model_files(directory):
+  loaded = _load_settings(os.path.join(directory, SETTINGS_FILE))
   return all(os.path.isfile(os.path.join(directory, name)) for name in ASSET_FILES
-             if _needs_file(directory, name))
+             if _needs_file(directory, name, loaded))

@@ -45,8 +45,6 @@ import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data import output_files
 from bert_mgpu.data import tfrecord_io
-from bert_mgpu.serving import export
-from bert_mgpu.serving import predictor
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import run_settings
 from bert_mgpu.training import runner
@@ -139,6 +137,9 @@ class Task(object):
     Returns:
       The version directory written.
     """
+    # Here, not at the top: no module of training/ loads serving (a layout test checks).
+    from bert_mgpu.serving import export  # pylint: disable=import-outside-toplevel
+    from bert_mgpu.serving import predictor  # pylint: disable=import-outside-toplevel
     files = self.model_files_to_export()
     checkpoint, why = checkpoints.checkpoint_for_inference(
         self.job_settings.output_dir, None, best_subdir=checkpoints.BEST_SUBDIR)

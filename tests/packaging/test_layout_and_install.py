@@ -343,6 +343,77 @@ def test_the_scans_see_what_they_look_for(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------
+# Training imports no serving module at load time: serving sits above training
+# ---------------------------------------------------------------------------
+
+TRAINING_DIR = os.path.join(PACKAGE, "training")
+SERVING = PACKAGE + ".serving"
+
+
+def module_level_imports(tree, module):
+  """(line, dotted name) of each module a parsed file imports when it is loaded: imports in
+  a function body run only when it is called and are left out.
+
+  Args:
+    tree: the parsed file.
+    module: its dotted name, against which relative imports are resolved.
+  """
+  found, pending = [], list(ast.iter_child_nodes(tree))
+  while pending:
+    node = pending.pop()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+      continue
+    pending.extend(ast.iter_child_nodes(node))
+    if isinstance(node, ast.Import):
+      found.extend((node.lineno, alias.name) for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:  # from . import x, from ..serving import y
+        parent = module.split(".")[:-node.level]
+        base = ".".join(parent + ([base] if base else []))
+      # `from bert_mgpu import serving` imports the package: each name may be a module.
+      found.extend((node.lineno, base + "." + alias.name) for alias in node.names)
+  return sorted(found)
+
+
+def serving_imports(path):
+  """'path line n imports name' for each bert_mgpu.serving module a file imports at load."""
+  module = os.path.splitext(path)[0].replace(os.sep, ".")
+  return ["%s line %d imports %s" % (path, line, name)
+          for line, name in module_level_imports(parse(path), module)
+          if name == SERVING or name.startswith(SERVING + ".")]
+
+
+def training_files():
+  return [path for path in source_files() if path.startswith(TRAINING_DIR + os.sep)]
+
+
+def test_training_imports_no_serving_module_at_load_time():
+  paths = training_files()
+  assert os.path.join(TRAINING_DIR, "job.py") in paths  # the scan sees the package
+  offenders = [line for path in paths for line in serving_imports(path)]
+  assert not offenders, ("import it inside the function that uses it (training runs need "
+                         "no serving module): " + "; ".join(offenders))
+
+
+def test_the_serving_import_scan_sees_each_form(tmp_path, monkeypatch):
+  (tmp_path / "bert_mgpu" / "training").mkdir(parents=True)
+  (tmp_path / "bert_mgpu" / "training" / "tool.py").write_text(
+      u"import bert_mgpu.serving.export\nfrom bert_mgpu.serving import predictor\n"
+      u"from bert_mgpu import data, serving\nfrom ..serving.kinds import get\n"
+      u"from bert_mgpu import servings\nimport bert_mgpu.training.job\n"
+      u"try:\n  import bert_mgpu.serving as s\nexcept ImportError:\n  pass\n"
+      u"def f():\n  from bert_mgpu.serving import export\n", encoding="utf-8")
+  monkeypatch.setattr(__import__(__name__), "REPO_DIR", str(tmp_path))
+  tool = os.path.join("bert_mgpu", "training", "tool.py")
+  assert training_files() == [tool]
+  assert [line.split(" line ")[1] for line in serving_imports(tool)] == [
+      "1 imports bert_mgpu.serving.export", "2 imports bert_mgpu.serving.predictor",
+      "3 imports bert_mgpu.serving", "4 imports bert_mgpu.serving.kinds.get",
+      "8 imports bert_mgpu.serving"]
+
+
+# ---------------------------------------------------------------------------
 # Task units of one shape: every job.Task is built as Unit(job_settings, settings)
 # ---------------------------------------------------------------------------
 
