@@ -30,7 +30,6 @@ from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import onnx_predictor
 
 # TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
 _LOGGER = logging.getLogger("tensorflow")
@@ -281,10 +280,6 @@ class ClassifierKind(kinds.ServableKind):
 
   def onnx_outputs(self, files):
     return {PROBABILITIES: ("tensor(float)", [None, len(files.labels)])}
-
-  def onnx_runner(self, model, session, batch_size, length_multiple):
-    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
-                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return ClassifierPredictor(model, runner)

@@ -68,4 +68,4 @@ class ClassifierGraph(kinds.KindGraph):
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(
         model, classifier_model.model_fn_of(model.files, model.bert_config), devices,
-        batch_size_per_tower, model.files.kind.outputs(model.files))
+        batch_size_per_tower)

@@ -37,8 +37,8 @@ _WORKER_SETTINGS = ("num_train_steps", "save_checkpoints_steps", "accumulation_s
 # How the check names a setting that is no count (default: its name and both values).
 _RULE_FROM_CHECKPOINT = ("the weight averages' rule, which a resumed run takes from "
                          "output_dir's checkpoint (a worker that cannot see it takes "
-                         "--ema_bias_correction and --ema_warmup, and one from before bias correction needs "
-                         "output_dir on every worker)")
+                         "--ema_bias_correction and --ema_warmup, and one from before bias "
+                         "correction needs output_dir on every worker)")
 _SETTING_DESCRIPTIONS = {"training_flags_digest": "the training flags (training_flags.json)",
                          "ema_bias_correction": _RULE_FROM_CHECKPOINT,
                          "ema_rule_recorded": _RULE_FROM_CHECKPOINT,

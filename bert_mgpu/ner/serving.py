@@ -254,7 +254,7 @@ class NerKind(kinds.ServableKind):
     return {"crf_transitions": crf_numpy.read_transitions(path, files.labels)}
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
-    return OnnxTagger(model, session, batch_size, length_multiple, self.outputs(model.files))
+    return OnnxTagger(model, session, batch_size, length_multiple)
 
   def text_predictor(self, model, runner):
     return NerPredictor(model, runner)
@@ -320,10 +320,6 @@ class SpanKind(kinds.ServableKind):
 
   def onnx_outputs(self, files):
     return {SPANS_OUTPUT: ("tensor(float)", [None, files.settings["max_seq_length"], 4])}
-
-  def onnx_runner(self, model, session, batch_size, length_multiple):
-    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
-                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return SpanPredictor(model, runner)

@@ -68,7 +68,6 @@ class NerGraph(kinds.KindGraph):
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(model, create_model_fn(model), devices, batch_size_per_tower,
-                               model.files.kind.outputs(model.files),
                                input_names=MODEL_INPUTS + ("tag_mask",))
 
 
@@ -106,5 +105,4 @@ class SpanGraph(kinds.KindGraph):
     return (ner_serving.SPANS_OUTPUT,)
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
-    return predictor.Predictor(model, spans_model_fn(model), devices, batch_size_per_tower,
-                               model.files.kind.outputs(model.files))
+    return predictor.Predictor(model, spans_model_fn(model), devices, batch_size_per_tower)

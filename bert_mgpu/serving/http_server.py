@@ -123,6 +123,10 @@ class ServingState(object):
     self.batcher = batcher
     self.predictor = predictor
 
+  def post_paths(self):
+    """The POST paths: /predict, then the kind's own (known once the model is loaded)."""
+    return ["/predict"] + sorted(self.routes)
+
   def health(self):
     if self.draining:
       return 503, {"status": "draining"}
@@ -238,17 +242,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     else:
       self._reply(404, {"error": "no such path: use POST /predict, GET /labels or /healthz"})
 
-  def _post_routes(self):
-    """The POST paths: /predict, then the kind's own (known once the model is loaded)."""
-    return ["/predict"] + sorted(self.state.routes)
-
   def _read_body(self):
     """The request body, or None after replying with an error (the connection then closes,
     since the body was not read)."""
     # While the model loads, its kind's routes are not known yet: any path gets 503.
-    if self.path not in self._post_routes() and self.state.predictor is not None:
+    if self.path not in self.state.post_paths() and self.state.predictor is not None:
       self._reply(404, {"error": "no such path: use POST %s" %
-                                 " or ".join(self._post_routes())}, close=True)
+                                 " or ".join(self.state.post_paths())}, close=True)
     elif self.state.draining:
       self._reply(503, {"error": "the server is shutting down"}, close=True)
     elif self.state.predictor is None:
@@ -428,7 +428,7 @@ def serve(host, port, load_predictor, batch_window_seconds, max_batch, limits,
       batcher = batching.MicroBatcher(predictor.predict, batch_window_seconds, max_batch)
       state.ready(predictor, batcher)
       _LOGGER.info("Ready: the model answers on http://%s:%d (POST %s)", host, port,
-                   ", ".join(["/predict"] + sorted(predictor.routes())))
+                   ", ".join(state.post_paths()))
       while not stop.wait(0.2):
         pass
     finally:

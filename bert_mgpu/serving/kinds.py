@@ -155,8 +155,11 @@ class ServableKind(object):
 
   def onnx_runner(self, model, session, batch_size, length_multiple):
     """Runs featurized rows on ONNX Runtime: predict(model_inputs.Features) -> dict name ->
-    output (those of outputs()), close(). See serving/onnx_predictor.OnnxRun."""
-    raise NotImplementedError
+    output (those of outputs()), close(). By default onnx_predictor.OnnxRun, which fetches
+    the ONNX model's outputs of those names."""
+    # Here, not at the top: onnx_predictor imports this module.
+    from bert_mgpu.serving import onnx_predictor  # pylint: disable=import-outside-toplevel
+    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple)
 
   def text_predictor(self, model, runner):
     """The TextPredictor of a loaded model around its runner (TensorFlow or ONNX)."""

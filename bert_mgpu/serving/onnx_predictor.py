@@ -211,21 +211,21 @@ class OnnxRun(object):
   runner (ServableKind.onnx_runner), returning the model's outputs by name; a kind whose
   outputs are computed from the model's (a CRF decoded in NumPy) overrides run_batch."""
 
-  def __init__(self, model, session, batch_size, length_multiple, output_specs):
+  def __init__(self, model, session, batch_size, length_multiple):
     """Args:
       model: OnnxModel; session: open_session(model).
       batch_size: rows (texts, or a kind's windows) per session.run.
       length_multiple: batches are cut to their longest row rounded up to this (None:
         every batch is max_seq_length long).
-      output_specs: dict name -> model_inputs.OutputSpec: the outputs predict() returns
-        (by default, those of the ONNX model of the same names).
+
+    predict() returns the kind's outputs() (by default, the ONNX model's of those names).
     """
     self.model = model
     self.max_seq_length = model.files.settings["max_seq_length"]
     self._session = session
     self._batch_size = batch_size
     self._length_multiple = length_multiple
-    self._output_specs = output_specs
+    self._output_specs = model.files.kind.outputs(model.files)
 
   def run_batch(self, arrays):
     """The outputs of one batch: dict name -> array (arrays: the Features' arrays, cut)."""

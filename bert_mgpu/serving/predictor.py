@@ -110,16 +110,15 @@ class Predictor(object):
   outputs are named (model_inputs.OutputSpec).
   """
 
-  def __init__(self, model, model_fn, devices, batch_size_per_tower, output_specs,
-               input_names=MODEL_INPUTS):
+  def __init__(self, model, model_fn, devices, batch_size_per_tower, input_names=MODEL_INPUTS):
     """Builds the graph and restores the weights.
 
     Args:
       model: LoadedModel.
-      model_fn: the kind's model function, returning (at least) the outputs of output_specs.
+      model_fn: the kind's model function, returning (at least) the kind's outputs()
+        (those predict() returns).
       devices: a checked run_settings.DeviceSettings (towers, precision, XLA, padding).
       batch_size_per_tower: rows per tower per sess.run.
-      output_specs: dict name -> model_inputs.OutputSpec: the outputs predict() returns.
       input_names: the int32 [batch, seq] features fed (model_inputs.Features.arrays keys).
 
     Raises:
@@ -131,7 +130,7 @@ class Predictor(object):
     self.global_batch_size = batch_size_per_tower * plan.num_towers
     # Fed batches are cut to their longest row rounded up to this (None: max_seq_length).
     self.length_multiple = devices.length_multiple
-    self._output_specs = output_specs
+    self._output_specs = model.files.kind.outputs(model.files)
     graph = tf.Graph()
     with graph.as_default():
       self._inputs = serving_graph.serving_inputs(
@@ -139,7 +138,7 @@ class Predictor(object):
       outputs = multigpu.build_inference(
           plan, model_fn, dict(self._inputs), self.global_batch_size,
           precision=devices.precision, use_xla=devices.use_xla)
-      self._outputs = {name: outputs[name] for name in output_specs}
+      self._outputs = {name: outputs[name] for name in self._output_specs}
       serving_graph.check_checkpoint_variables(model.checkpoint, model.files.labels_file,
                                                model.files.kind)
       saver = weight_averages.restore_saver(model.checkpoint, tf.global_variables())

@@ -32,7 +32,6 @@ from bert_mgpu.data import text_files
 from bert_mgpu.data.batch_shapes import MODEL_INPUTS
 from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import onnx_predictor
 from bert_mgpu.squad import data as squad_data
 
 # TensorFlow's logger (tf.get_logger() is this logger on TF 1.15 and 2.x).
@@ -243,12 +242,12 @@ class SquadPredictor(kinds.TextPredictor):
     if len(items) > max_texts:
       raise kinds.TooManyTexts("the request has %d questions; send at most %d per request "
                                "(--max_request_texts)" % (len(items), max_texts))
+    max_context_chars = self.model.files.kind.flag_value(limits.kind_flags,
+                                                         MAX_CONTEXT_CHARS.name)
     questions = []
     for index, item in enumerate(items):
       try:
-        questions.append(question_of(
-            item, self.model.files.kind.flag_value(limits.kind_flags,
-                                                   MAX_CONTEXT_CHARS.name)))
+        questions.append(question_of(item, max_context_chars))
       except BadQuestion as e:
         error = kinds.TooManyTexts if e.too_long else kinds.BadRequest
         raise error(("" if single else "item %d: " % index) + str(e))
@@ -307,10 +306,6 @@ class SquadKind(kinds.ServableKind):
     del files
     return {"start_logits": ("tensor(float)", [None, None]),
             "end_logits": ("tensor(float)", [None, None])}
-
-  def onnx_runner(self, model, session, batch_size, length_multiple):
-    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
-                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return SquadPredictor(model, runner)

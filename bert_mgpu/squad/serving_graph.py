@@ -36,4 +36,4 @@ class SquadGraph(kinds.KindGraph):
 
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     return predictor.Predictor(model, squad_model.create_model_fn(model.bert_config), devices,
-                               batch_size_per_tower, model.files.kind.outputs(model.files))
+                               batch_size_per_tower)

@@ -27,7 +27,6 @@ import pytest
 from bert_mgpu.serving import kinds
 from bert_mgpu.serving import model_files
 from bert_mgpu.serving import model_inputs
-from bert_mgpu.serving import onnx_predictor
 import cli
 
 TOY_KIND = "toy_score"
@@ -141,7 +140,7 @@ class ToyGraph(kinds.KindGraph):
   def tensorflow_runner(self, model, devices, batch_size_per_tower):
     from bert_mgpu.serving import predictor  # pylint: disable=import-outside-toplevel
     return predictor.Predictor(model, toy_model_fn(model.bert_config), devices,
-                               batch_size_per_tower, model.files.kind.outputs(model.files))
+                               batch_size_per_tower)
 
 
 class ToyScoreKind(kinds.ServableKind):
@@ -156,10 +155,6 @@ class ToyScoreKind(kinds.ServableKind):
 
   def onnx_outputs(self, files):
     return {"score": ("tensor(float)", [None])}
-
-  def onnx_runner(self, model, session, batch_size, length_multiple):
-    return onnx_predictor.OnnxRun(model, session, batch_size, length_multiple,
-                                  self.outputs(model.files))
 
   def text_predictor(self, model, runner):
     return ToyPredictor(model, runner)
