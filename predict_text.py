@@ -57,6 +57,7 @@ from absl import flags
 # No TensorFlow import here: --backend=onnxruntime runs without it (load_predictor imports
 # the TensorFlow predictor only for --backend=tensorflow).
 from bert_mgpu import command_line_base
+from bert_mgpu.data.output_files import atomic_output
 from bert_mgpu.data.output_files import atomic_write_text
 from bert_mgpu.data import text_files
 from bert_mgpu.data.text_files import read_text_file
@@ -206,7 +207,11 @@ def read_input_text():
 
 
 def write_output(text):
-  if FLAGS.output_file:
+  """Writes the output (str, or bytes: a binary format) to --output_file or stdout."""
+  if FLAGS.output_file and isinstance(text, bytes):
+    with atomic_output(FLAGS.output_file, binary=True) as f:
+      f.write(text)
+  elif FLAGS.output_file:
     atomic_write_text(FLAGS.output_file, text)
   else:
     sys.stdout.write(text)
@@ -289,12 +294,16 @@ def load_model():
 
 def make_predictor(model):
   """The serving/kinds.TextPredictor of a load_model() model, built with --backend, given
-  the values of its kind's own flags."""
+  the values of its kind's own flags and prepared (TextPredictor.prepare: e.g. a corpus
+  indexed)."""
   if FLAGS.backend == "onnxruntime":
     predictor = make_onnx_predictor(model)
   else:
     predictor = make_tensorflow_predictor(model)
   predictor.use_flags(kind_flag_values())
+  if predictor.output_is_binary() and not FLAGS.output_file and FLAGS.serve is None:
+    raise UsageError("the output is binary (--output_format): give --output_file.")
+  predictor.prepare()
   return predictor
 
 

@@ -11,6 +11,12 @@ Outputs in --output_dir: best/, eval_results.txt (spearman, pearson and loss of 
 pairs; else top1), test_results.txt (a scored test set), predict.txt (one cosine per test
 pair), embeddings.npy and embeddings.txt (--embed_file), model_settings.json (the kind,
 pooling and normalisation) with vocab.txt and bert_config.json.
+
+With --export_dir, the best (else the latest) checkpoint is exported into the next numbered
+version directory there (a SavedModel, model.onnx or both: --export_format; its output
+"embeddings" [batch, hidden]); alone (no --do_* or --embed_file), it exports a trained
+output_dir. predict_text.py serves the export, and searches a corpus with it
+(docs/EMBEDDINGS.md).
 """
 
 import tensorflow.compat.v1 as tf
@@ -65,11 +71,12 @@ def define_flags():
                        "without a better --best_metric (0: never).")
   flags.DEFINE_string("embed_file", None, "A file of texts, one per line: their embeddings "
                       "go to output_dir/embeddings.npy and the texts to embeddings.txt.")
+  command_line.define_export_flags("embedding model")
   command_line.define_fine_tuning_flags()
 
 
-def settings_from_flags():
-  """The EmbeddingSettings of the flags."""
+def settings_from_flags(export_format):
+  """The EmbeddingSettings of the flags (export_format: command_line.export_format()'s)."""
   return embedding_task.EmbeddingSettings(
       data_dir=FLAGS.data_dir, data_format=FLAGS.data_format,
       bert_config_file=FLAGS.bert_config_file, vocab_file=FLAGS.vocab_file,
@@ -81,16 +88,21 @@ def settings_from_flags():
       pooling=FLAGS.pooling, normalize_embeddings=FLAGS.normalize_embeddings,
       best_metric=FLAGS.best_metric, best_metric_given=FLAGS["best_metric"].present,
       early_stopping_patience=FLAGS.early_stopping_patience, embed_file=FLAGS.embed_file,
+      export_format=export_format,
       given_flags=[name for name in ("pooling", "normalize_embeddings", "max_seq_length",
                                      "do_lower_case") if FLAGS[name].present])
 
 
-def check_flags():
+def check_flags(export_format):
   """Validates the flags before anything is written. Returns the EmbeddingSettings."""
   reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
-  command_line.check_actions(("bert_config_file", "vocab_file") +
-                             (("data_dir",) if reads_data else ()),
-                             other_actions=("embed_file",))
+  exports_only = command_line.check_actions(("bert_config_file", "vocab_file") +
+                                            (("data_dir",) if reads_data else ()),
+                                            other_actions=("embed_file",))
+  if exports_only and FLAGS.embed_file:  # check_actions took it for an export alone
+    for name in ("bert_config_file", "vocab_file"):
+      if not getattr(FLAGS, name):
+        raise UsageError("--%s is required." % name)
   if FLAGS.data_dir and not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   if FLAGS.embed_file and not tf.gfile.Exists(FLAGS.embed_file):
@@ -108,12 +120,17 @@ def check_flags():
       **({"temperature": "--loss=in_batch", "positive_threshold": "--loss=in_batch",
           "hard_negatives": "--loss=in_batch"} if FLAGS.loss != losses.IN_BATCH else {})))
   command_line.check_run_flags()
-  return settings_from_flags()
+  return settings_from_flags(export_format)
 
 
 def main(_):
-  settings = check_flags()
-  job.run_job(embedding_task.EmbeddingTask(command_line.job_settings(), settings))
+  export_format = command_line.export_format()  # first: refused before anything else runs
+  settings = check_flags(export_format)
+  if FLAGS.embed_file:  # something to run, not an export alone
+    job.run_job(embedding_task.EmbeddingTask(command_line.job_settings(), settings),
+                FLAGS.export_dir)
+  else:
+    command_line.run_or_export(embedding_task.EmbeddingTask, settings)
 
 
 if __name__ == "__main__":

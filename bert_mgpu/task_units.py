@@ -12,4 +12,5 @@ SERVABLE_KIND_MODULES = {
     "ner": "bert_mgpu.ner.serving",
     "ner_spans": "bert_mgpu.ner.serving",
     "squad": "bert_mgpu.squad.serving",
+    "embedding": "bert_mgpu.embedding.serving",
 }

@@ -19,6 +19,7 @@ import hashlib
 import tensorflow.compat.v1 as tf
 
 from bert_mgpu.data import tfrecord_io
+from bert_mgpu.embedding.text_rows import text_row
 
 
 def text_id(input_ids):
@@ -27,17 +28,6 @@ def text_id(input_ids):
   data = ",".join(str(i) for i in input_ids).encode("ascii")
   value = int.from_bytes(hashlib.blake2b(data, digest_size=6).digest(), "big")
   return [value >> 24, value & 0xFFFFFF]
-
-
-def text_row(text, tokenizer, max_seq_length):
-  """(input_ids, input_mask, segment_ids) of one text, padded to max_seq_length, and
-  whether it was cut."""
-  tokens = tokenizer.tokenize(text)
-  cut = len(tokens) > max_seq_length - 2
-  tokens = ["[CLS]"] + tokens[:max_seq_length - 2] + ["[SEP]"]
-  ids = tokenizer.convert_tokens_to_ids(tokens)
-  padding = [0] * (max_seq_length - len(ids))
-  return ids + padding, [1] * len(ids) + padding, [0] * max_seq_length, cut
 
 
 def serialize(texts, tokenizer, max_seq_length, score=None, label_id=None):

@@ -24,15 +24,16 @@ from bert_mgpu.embedding import losses
 from bert_mgpu.embedding import metrics
 from bert_mgpu.embedding import model as embedding_model
 from bert_mgpu.embedding import records
+from bert_mgpu.embedding import serving as embedding_serving
 from bert_mgpu.errors import UsageError
 from bert_mgpu.serving import model_files
+from bert_mgpu.serving import onnx_export
 from bert_mgpu.training import checkpoints
 from bert_mgpu.training import job
 from bert_mgpu.training import phases
 from bert_mgpu.training import runner
 
-# model_settings.json's kind (served by "Embeddings served and a corpus searched").
-EMBEDDING_KIND = "embedding"
+EMBEDDING_KIND = embedding_serving.EMBEDDING_KIND
 BEST_METRICS = ("spearman", "pearson", "top1")
 EMBEDDINGS_FILE, EMBEDDED_TEXTS_FILE = "embeddings.npy", "embeddings.txt"
 # --positive_threshold's default: the top fifth of the training scores' range (4 on a 0-5
@@ -57,6 +58,7 @@ class EmbeddingSettings(object):
     best_metric, best_metric_given: the dev metric of best/; whether the flag was given.
     early_stopping_patience: evaluations without a better best_metric before stopping.
     embed_file: a file of texts whose embeddings the run writes (None: none).
+    export_format: what --export_dir gets (serving/onnx_export.ExportFormat).
     given_flags: the names of the flags the command line gave (a run without training
       takes the others among pooling, normalize_embeddings, max_seq_length and
       do_lower_case from the trained model's model_settings.json).
@@ -68,7 +70,8 @@ class EmbeddingSettings(object):
                positive_threshold=None, hard_negatives=1, hard_negatives_given=False,
                pooling=embedding_model.MEAN,
                normalize_embeddings=True, best_metric="spearman", best_metric_given=False,
-               early_stopping_patience=0, embed_file=None, given_flags=()):
+               early_stopping_patience=0, embed_file=None, given_flags=(),
+               export_format=onnx_export.ExportFormat()):
     self.data_dir, self.data_format = data_dir, data_format
     self.bert_config_file, self.vocab_file = bert_config_file, vocab_file
     self.do_lower_case, self.max_seq_length = do_lower_case, max_seq_length
@@ -80,6 +83,7 @@ class EmbeddingSettings(object):
     self.best_metric, self.best_metric_given = best_metric, best_metric_given
     self.early_stopping_patience = early_stopping_patience
     self.embed_file = embed_file
+    self.export_format = export_format
     self.given_flags = frozenset(given_flags)
 
   def model_settings(self):
@@ -279,6 +283,21 @@ class EmbeddingTask(job.Task):
     s = self.settings
     model_files.save_model_files(self.job_settings.output_dir, s.vocab_file,
                                  s.bert_config_file, s.model_settings())
+
+  def model_files_to_export(self):
+    return model_files.find_model_files(
+        self.job_settings.output_dir, "train it with this version of run_embedding_mgpu.py "
+        "--do_train, which saves them there.", (EMBEDDING_KIND,))
+
+  def check_head(self, checkpoint, model_settings):
+    """The encoder's weights (with pooling=pooler, the pooler's too) are in `checkpoint`;
+    the softmax loss's classifier is training's only and not served."""
+    needed = "bert/pooler/dense/kernel" if model_settings["pooling"] == (
+        embedding_model.POOLER) else "bert/embeddings/word_embeddings"
+    if not tf.train.load_checkpoint(checkpoint).has_tensor(needed):
+      raise UsageError("%s has no %s: it is not a BERT encoder with the pooling %s. Point "
+                       "--output_dir at a run_embedding_mgpu.py output_dir." % (
+                           checkpoint, needed, model_settings["pooling"]))
 
   def featurize(self, config):
     s = self.settings

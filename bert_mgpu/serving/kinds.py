@@ -219,7 +219,8 @@ class TooManyTexts(Exception):
   """A request the HTTP server answers with 413 and {"error": message}."""
 
 
-def _text_list(request, key):
+def text_list(request, key):
+  """request[key], checked as a list of non-empty strings. Raises BadRequest."""
   texts = request.get(key)
   if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
     raise BadRequest('"%s" must be a list of strings' % key)
@@ -276,6 +277,15 @@ class TextPredictor(object):
     """The value of the kind's own flag `name` (its default before use_flags)."""
     return self.model.files.kind.flag_value(self.kind_flags, name)
 
+  def prepare(self):
+    """Runs once the flags are in (use_flags), before the first input: what the kind's
+    flags ask to be ready (e.g. a corpus encoded and indexed). It may take long: under
+    --serve, /healthz answers 503 meanwhile. Raises UsageError."""
+
+  def output_is_binary(self):
+    """Whether file_text() returns bytes (then predict_text.py needs --output_file)."""
+    return False
+
   def featurize(self, texts_a, texts_b=None):
     """Featurized texts: an object whose .features is the model_inputs.Features run by
     predict(). Raises model_inputs.NoTokensError for a text without tokens."""
@@ -319,10 +329,10 @@ class TextPredictor(object):
     if isinstance(request["texts"], list) and len(request["texts"]) > max_texts:
       raise TooManyTexts("the request has %d texts; send at most %d per request "
                          "(--max_request_texts)" % (len(request["texts"]), max_texts))
-    texts = _text_list(request, "texts")
+    texts = text_list(request, "texts")
     if "texts_b" not in request:
       return texts, None
-    texts_b = _text_list(request, "texts_b")
+    texts_b = text_list(request, "texts_b")
     if len(texts_b) != len(texts):
       raise BadRequest('"texts_b" has %d texts but "texts" has %d: send one text_b per '
                        'text' % (len(texts_b), len(texts)))
@@ -371,7 +381,7 @@ class TextPredictor(object):
     raise NotImplementedError
 
   def file_text(self, records):
-    """predict_text.py's output file of the records."""
+    """predict_text.py's output file of the records: str (bytes when output_is_binary)."""
     raise NotImplementedError
 
   def log_file_run(self, featurized, records, seconds, featurize_seconds):
