@@ -1,10 +1,11 @@
 # coding=utf-8
-"""Raw text in, labels, entities or answers out: runs a trained classifier, NER or
-reading-comprehension model on texts from a file, stdin or HTTP.
+"""Raw text in, labels, entities, answers or vectors out: runs a trained classifier, NER,
+reading-comprehension or embedding model on texts from a file, stdin or HTTP.
 
 The model is an export (--export_dir: the base directory, meaning its newest version, or one
 version directory) or a trained output_dir (--output_dir: its best checkpoint, else the
-latest) of run_classifier_mgpu.py, run_ner_mgpu.py or run_squad_mgpu.py; its
+latest) of run_classifier_mgpu.py, run_ner_mgpu.py, run_squad_mgpu.py or
+run_embedding_mgpu.py; its
 model_settings.json says which kind (bert_mgpu/serving/kinds.py), and the kind reads the
 input and writes the output.
 It is loaded once and runs on every tower (--n_gpus x --towers_per_gpu).
@@ -28,6 +29,10 @@ A reading-comprehension model reads JSON lines {"id", "question", "context"} ("i
 and writes one {"id", "answer", "start", "probability"} line per question, in input order,
 with the answers of run_squad_mgpu.py --do_predict (docs/SERVING.md section 5); a context
 longer than --max_context_chars characters is refused.
+
+An embedding model writes {"text", "embedding"} JSON lines (or one .npy), one cosine per
+text_a<TAB>text_b line, or, given a corpus, each line's nearest corpus lines (docs/SERVING.md
+section 6, docs/EMBEDDINGS.md).
 
 With --serve=PORT it answers HTTP instead (bert_mgpu/serving/http_server.py, docs/SERVING.md):
   POST /predict  {"texts": [...], "texts_b": [...]} -> {"labels", "probabilities", "truncated"}
@@ -75,8 +80,8 @@ BACKENDS = ("tensorflow", "onnxruntime")
 def define_flags():
   """Defines the flags; called only under __main__, so the module imports anywhere."""
   flags.DEFINE_string("export_dir", None, "An export of run_classifier_mgpu.py, "
-                      "run_ner_mgpu.py or run_squad_mgpu.py: its base directory (the newest "
-                      "version is used) or one version.")
+                      "run_ner_mgpu.py, run_squad_mgpu.py or run_embedding_mgpu.py: its base "
+                      "directory (the newest version is used) or one version.")
   flags.DEFINE_string("output_dir", None, "Or such a script's --do_train output_dir (its "
                       "best checkpoint, else the latest).")
   flags.DEFINE_string("input_file", None, "Texts, one per line (UTF-8); default: stdin.")
@@ -133,8 +138,9 @@ def kind_flag_values():
 
 
 def check_kind_flags(model):
-  """Raises UsageError for a kind's flag given for a model of another kind, or one of the
-  model's kind below its minimum."""
+  """Raises UsageError for a kind's flag given for a model of another kind, one of the
+  model's kind below its minimum, or values the kind refuses together
+  (ServableKind.check_flags)."""
   kind = model.files.kind
   for name, (_, owners) in kinds.all_flags().items():
     if FLAGS[name].present and kind.name not in owners:
@@ -145,6 +151,7 @@ def check_kind_flags(model):
     value = FLAGS[flag.name].value
     if flag.minimum is not None and value is not None and value < flag.minimum:
       raise UsageError("--%s=%s: it must be at least %s." % (flag.name, value, flag.minimum))
+  kind.check_flags(kind_flag_values(), FLAGS.text_b)
 
 
 def training_scripts():
@@ -302,7 +309,8 @@ def make_predictor(model):
     predictor = make_tensorflow_predictor(model)
   predictor.use_flags(kind_flag_values())
   if predictor.output_is_binary() and not FLAGS.output_file and FLAGS.serve is None:
-    raise UsageError("the output is binary (--output_format): give --output_file.")
+    raise UsageError("the output asked for is a binary file, which stdout does not take: "
+                     "give --output_file.")
   predictor.prepare()
   return predictor
 

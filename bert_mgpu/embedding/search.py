@@ -78,16 +78,24 @@ def building_bytes(count, dim, index_type, hnsw_m=DEFAULT_HNSW_M):
   return 4 * count * dim + index_bytes(count, dim, index_type, hnsw_m)
 
 
+def readable_size(size):
+  """Bytes in GB, MB or kB, for messages."""
+  for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+    if size >= scale:
+      return "%.2f %s" % (size / scale, unit)
+  return "%.1f kB" % (size / 1e3)
+
+
 def check_memory(count, dim, index_type, hnsw_m, max_gb, corpus_file):
   """Raises UsageError, before anything is encoded, when building the index of `count`
   vectors would take more than max_gb GB."""
   needed = building_bytes(count, dim, index_type, hnsw_m)
   if needed > max_gb * 1e9:
-    raise UsageError("%s: %d texts need %.2f GB to index (%s, %d dimensions: %.2f GB for "
-                     "the index, the rest while encoding), over --max_index_memory_gb=%g: "
-                     "raise it, or split the corpus." % (
-                         corpus_file, count, needed / 1e9, index_type, dim,
-                         index_bytes(count, dim, index_type, hnsw_m) / 1e9, max_gb))
+    raise UsageError("%s: %d texts need %s to index (%s, %d dimensions: %s for the index, "
+                     "the rest while encoding), over --max_index_memory_gb=%g: raise it, or "
+                     "split the corpus." % (
+                         corpus_file, count, readable_size(needed), index_type, dim,
+                         readable_size(index_bytes(count, dim, index_type, hnsw_m)), max_gb))
 
 
 def unit_rows(vectors):

@@ -76,7 +76,7 @@ TOP_K = kinds.KindFlag(
     "%d; POST /search's default)." % search.MAX_TOP_K, minimum=1)
 MAX_INDEX_MEMORY_GB = kinds.KindFlag(
     "max_index_memory_gb", "float", search.DEFAULT_MAX_INDEX_GB, "With --corpus_file: refuse, "
-    "before encoding, a corpus whose index would need more memory than this.")
+    "before encoding, a corpus whose index would need more memory than this.", minimum=0)
 SEARCH_FLAGS = (CORPUS_FILE, INDEX, INDEX_DIR, HNSW_M, EF_SEARCH, TOP_K, MAX_INDEX_MEMORY_GB)
 
 
@@ -87,7 +87,8 @@ def hidden_size(files):
 
 
 def check_flags(values, with_text_b):
-  """Raises UsageError for the kind's flags that cannot work together (file mode)."""
+  """Raises UsageError for the kind's flags that cannot work together, or with --text_b
+  (EmbeddingKind.check_flags)."""
   def flag(kind_flag):
     return EMBEDDING.flag_value(values, kind_flag.name)
   if flag(OUTPUT_FORMAT) not in (JSONL, NPY):
@@ -113,6 +114,7 @@ def check_flags(values, with_text_b):
                      "is each line's hits (JSON lines): drop one.")
   if not os.path.isfile(flag(CORPUS_FILE)):
     raise UsageError("--corpus_file=%s: no such file." % flag(CORPUS_FILE))
+  search.import_faiss()  # refused before the model loads
 
 
 # ---------------------------------------------------------------------------
@@ -254,7 +256,6 @@ class EmbeddingPredictor(kinds.TextPredictor):
     corpus_file = self.flag(CORPUS_FILE.name)
     if corpus_file is None:
       return
-    check_flags(self.kind_flags, False)
     lines = list(text_files.text_lines(corpus_file))
     if lines and lines[-1][1] == "":
       lines.pop()  # the newline that ends the last line
@@ -352,9 +353,8 @@ class EmbeddingKind(kinds.ServableKind):
   model_noun = "embedding"
   flags = (OUTPUT_FORMAT,) + SEARCH_FLAGS
 
-  def parse_input_file(self, name, text, with_text_b, limits):
-    check_flags(limits.kind_flags, with_text_b)
-    return kinds.parse_text_lines(name, text, with_text_b)
+  def check_flags(self, values, with_text_b):
+    check_flags(values, with_text_b)
 
   def outputs(self, files):
     return collections.OrderedDict([

@@ -100,6 +100,12 @@ class ServableKind(object):
         return flag.default
     raise KeyError("%s declares no flag --%s" % (self.name, name))
 
+  def check_flags(self, values, with_text_b):
+    """Raises UsageError for values of the kind's own flags (dict name -> value) that cannot
+    work together, or with text pairs (with_text_b); predict_text.py calls it before the
+    model is built, after each flag's minimum is checked."""
+    del values, with_text_b
+
   def read_labels(self, path):
     """The label list in labels.txt. Raises UsageError."""
     return label_files.read_label_file(path)
@@ -201,11 +207,11 @@ def parse_text_lines(name, text, with_text_b):
       raise text_files.line_error(
           name, line_number, "the line holds a tab",
           "pass --text_b for text_a<TAB>text_b pairs, or remove the tab")
-    for index, field in enumerate(fields):
+    for column, field in enumerate(fields):
       if not field.strip():
         raise text_files.line_error(
             name, line_number, "the line is empty" if len(fields) == 1 else
-            "text_%s is empty" % "ab"[index], "put a text there or remove the line")
+            "text_%s is empty" % "ab"[column], "put a text there or remove the line")
     texts_a.append(fields[0])
     texts_b.extend(fields[1:])
   return texts_a, (texts_b if with_text_b else None)
@@ -224,9 +230,9 @@ def text_list(request, key):
   texts = request.get(key)
   if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
     raise BadRequest('"%s" must be a list of strings' % key)
-  for index, text in enumerate(texts):
+  for position, text in enumerate(texts):
     if not text.strip():
-      raise BadRequest('%s[%d] is empty: send a text' % (key, index))
+      raise BadRequest('%s[%d] is empty: send a text' % (key, position))
   return texts
 
 
