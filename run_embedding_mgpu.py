@@ -120,7 +120,9 @@ def check_flags(export_format):
       **({"temperature": "--loss=in_batch", "positive_threshold": "--loss=in_batch",
           "hard_negatives": "--loss=in_batch"} if FLAGS.loss != losses.IN_BATCH else {})))
   command_line.check_run_flags()
-  return settings_from_flags(export_format)
+  settings = settings_from_flags(export_format)
+  embedding_task.adopt_start_settings(FLAGS.init_checkpoint, settings)
+  return settings
 
 
 def main(_):

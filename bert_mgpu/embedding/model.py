@@ -15,6 +15,9 @@ import modeling
 
 MEAN, CLS, FIRST_LAST_AVG, POOLER = "mean", "cls", "first_last_avg", "pooler"
 POOLINGS = (MEAN, CLS, FIRST_LAST_AVG, POOLER)
+# Beside a checkpoint converted from sentence-transformers' format (convert_checkpoint.py):
+# {"pooling", "normalize_embeddings", "max_seq_length"}, which a run starting from it takes.
+START_SETTINGS_FILE = "embedding_settings.json"
 
 # Sentence-BERT's training-only classifier (--loss=softmax), laid out as Google's
 # classifier head: [labels, 3 * hidden] and [labels].

@@ -184,6 +184,40 @@ def _adopt_trained_settings(output_dir, settings):
     setattr(settings, name, trained[name])
 
 
+# The start settings a run takes from embedding_settings.json beside --init_checkpoint; the
+# first two are refused when given otherwise (the converted model was trained with them).
+_START_SETTINGS = ("pooling", "normalize_embeddings", "max_seq_length")
+_START_SETTINGS_FIXED = ("pooling", "normalize_embeddings")
+
+
+def adopt_start_settings(init_checkpoint, settings):
+  """A run starting from a model converted from sentence-transformers' format
+  (convert_checkpoint.py --to=tensorflow) takes its pooling, normalisation and
+  max_seq_length from the embedding_settings.json beside the checkpoint, unless the
+  command line gives them; a pooling or normalisation given with another value is refused
+  in one line."""
+  if not init_checkpoint:
+    return
+  path = os.path.join(os.path.dirname(init_checkpoint), embedding_model.START_SETTINGS_FILE)
+  if not os.path.isfile(path):
+    return
+  try:
+    start = json.loads(model_files.read_utf8(path))
+  except (OSError, ValueError) as e:
+    raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
+  for name in _START_SETTINGS:
+    if name not in start or start[name] == getattr(settings, name):
+      continue
+    if name in settings.given_flags:
+      if name in _START_SETTINGS_FIXED:
+        raise UsageError("--%s=%s, but the model at --init_checkpoint was made with %s (%s): "
+                         "drop the flag or give that value." % (
+                             name, getattr(settings, name), start[name], path))
+      continue
+    tf.logging.info("Using the start model's %s = %s (%s).", name, start[name], path)
+    setattr(settings, name, start[name])
+
+
 def _check_evaluated_split(text_set, split):
   """A dev or test set: pairs or triplets, every record with as many texts (the records of
   a set share one shape)."""

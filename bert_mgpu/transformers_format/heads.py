@@ -10,6 +10,7 @@ have none: our models build it but never read it there).
 import collections
 
 from bert_mgpu.classifier import model as classifier_model
+from bert_mgpu.embedding import model as embedding_model
 from bert_mgpu.ner import model as ner_model
 from bert_mgpu.pretraining import model as pretraining_model
 from bert_mgpu.squad import model as squad_model
@@ -54,7 +55,10 @@ FINE_TUNED_KINDS = ("classifier", "ner", "squad")
 # classifier that only shapes an encoder's training): conversion leaves them out, listed in
 # its summary, instead of refusing the model as it refuses any other variable that no
 # transformers class receives. A unit adds its own here with the doc that says so.
-TRAINING_ONLY_PREFIXES = ()
+TRAINING_ONLY_PREFIXES = (
+    # Sentence-BERT's classifier of run_embedding_mgpu.py --loss=softmax (docs/EMBEDDINGS.md).
+    embedding_model.SOFTMAX_SCOPE + "/",
+)
 
 
 def is_training_only(name):

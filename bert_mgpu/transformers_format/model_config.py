@@ -36,15 +36,17 @@ SPECIAL_TOKENS = collections.OrderedDict([
     ("cls_token", "[CLS]"), ("mask_token", "[MASK]")])
 
 
-def read_json(path):
-  """A JSON object from a file. Raises UsageError naming the file."""
+def read_json(path, expected=dict):
+  """A JSON object (or another `expected` type) from a file. Raises UsageError naming the
+  file."""
   try:
     with open(path, "r", encoding="utf-8") as f:
       value = json.load(f)
   except (OSError, ValueError) as e:
     raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
-  if not isinstance(value, dict):
-    raise UsageError("%s: expected a JSON object, found %s." % (path, type(value).__name__))
+  if not isinstance(value, expected):
+    raise UsageError("%s: expected a JSON %s, found %s." % (
+        path, "object" if expected is dict else expected.__name__, type(value).__name__))
   return value
 
 

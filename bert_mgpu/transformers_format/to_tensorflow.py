@@ -232,7 +232,8 @@ def _head_files(head, config, input_dir, arrays, do_lower_case, max_seq_length):
 DEFAULT_MAX_SEQ_LENGTH = 128
 
 
-def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
+def convert(input_dir, output_dir, keep_head=False, max_seq_length=None, replace_arrays=None,
+            beside_texts=None):
   """Writes `output_dir`: a Google-named checkpoint, bert_config.json and vocab.txt.
 
   Args:
@@ -241,6 +242,9 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
     keep_head: also convert a fine-tuned classification, tagging or QA head.
     max_seq_length: model_settings.json's, for a kept head without one beside it (None:
       128, or max_position_embeddings when smaller).
+    replace_arrays: None, or dict Google name -> array replacing a converted weight of the
+      same shape (sentence-transformers' Dense as BERT's pooler).
+    beside_texts: None, or dict file name -> text written beside the checkpoint.
 
   Returns:
     A dict summary: "checkpoint", "weights" (the file read), "kept_head", "dropped".
@@ -271,10 +275,17 @@ def convert(input_dir, output_dir, keep_head=False, max_seq_length=None):
   raw, weights_path = weight_files.read_weights(input_dir)
   head = _model_head(config, config_path, _normalized(raw)[0], keep_head)
   arrays, dropped = google_arrays(raw, head)
+  for name, array in (replace_arrays or {}).items():
+    if name not in arrays or arrays[name].shape != array.shape:
+      raise UsageError("%s: %s should replace %s %s, which the model %s." % (
+          input_dir, list(array.shape), name, "" if name not in arrays else
+          list(arrays[name].shape), "lacks" if name not in arrays else "has"))
+    arrays[name] = array
   _check_shapes(arrays, bert_config, weights_path, head)
   do_lower_case = model_config.do_lower_case_of(input_dir)
   texts = {model_files.CONFIG_FILE: model_config.json_text(bert_config),
            model_files.VOCAB_FILE: "".join(token + "\n" for token in vocab)}
+  texts.update(beside_texts or {})
   labels = None
   if head:
     labels, head_texts = _head_files(head, config, input_dir, arrays, do_lower_case,

@@ -157,7 +157,7 @@ def _beside_files(source, head, arrays, labels):
 
 
 def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
-            do_lower_case=None):
+            do_lower_case=None, add_files=None):
   """Writes `output_dir` in transformers' format from a Google-named checkpoint.
 
   Args:
@@ -166,6 +166,9 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
     bert_config_file, vocab_file: override the input directory's files (needed for SQuAD's
       and pretraining's output_dirs, which hold none).
     do_lower_case: None takes model_settings.json's, else True.
+    add_files: None, or function(directory, arrays) that writes more files into the
+      directory being filled (arrays: the checkpoint's, by Google's names), e.g.
+      sentence-transformers' modules; it returns their names.
 
   Returns:
     A dict summary: "architecture", "checkpoint", "files", "beside", "training_only" (the
@@ -218,10 +221,14 @@ def convert(input_path, output_dir, bert_config_file=None, vocab_file=None,
                                                          weight_files.SAFETENSORS_FILE))
     for name, text in texts.items():
       output_files.atomic_write_text(os.path.join(directory, name), text)
+    if add_files is not None:
+      added.extend(add_files(directory, arrays))
 
+  added = []
   output_files.replace_directory(os.path.abspath(output_dir), fill)
   return {"architecture": head.architecture, "checkpoint": source.checkpoint,
-          "why": source.why, "files": sorted(texts) + [weight_files.SAFETENSORS_FILE],
+          "why": source.why,
+          "files": sorted(list(texts) + added + [weight_files.SAFETENSORS_FILE]),
           "beside": sorted(beside), "training_only": sorted(training_only), "weights": len(weights)}
 
 
