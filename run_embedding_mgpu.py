@@ -27,9 +27,10 @@ from bert_mgpu.embedding import losses
 from bert_mgpu.embedding import model as embedding_model
 from bert_mgpu.embedding import task as embedding_task
 from bert_mgpu.errors import UsageError
-from bert_mgpu.training import job
 
 FLAGS = tf.flags.FLAGS
+# Something to do beside --do_*: a run with it is not an export alone.
+OTHER_ACTIONS = ("embed_file",)
 
 
 def define_flags():
@@ -96,13 +97,8 @@ def settings_from_flags(export_format):
 def check_flags(export_format):
   """Validates the flags before anything is written. Returns the EmbeddingSettings."""
   reads_data = FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict
-  exports_only = command_line.check_actions(("bert_config_file", "vocab_file") +
-                                            (("data_dir",) if reads_data else ()),
-                                            other_actions=("embed_file",))
-  if exports_only and FLAGS.embed_file:  # check_actions took it for an export alone
-    for name in ("bert_config_file", "vocab_file"):
-      if not getattr(FLAGS, name):
-        raise UsageError("--%s is required." % name)
+  command_line.check_actions(("bert_config_file", "vocab_file") +
+                             (("data_dir",) if reads_data else ()), other_actions=OTHER_ACTIONS)
   if FLAGS.data_dir and not tf.gfile.IsDirectory(FLAGS.data_dir):
     raise UsageError("--data_dir=%s: no such directory." % FLAGS.data_dir)
   if FLAGS.embed_file and not tf.gfile.Exists(FLAGS.embed_file):
@@ -128,11 +124,8 @@ def check_flags(export_format):
 def main(_):
   export_format = command_line.export_format()  # first: refused before anything else runs
   settings = check_flags(export_format)
-  if FLAGS.embed_file:  # something to run, not an export alone
-    job.run_job(embedding_task.EmbeddingTask(command_line.job_settings(), settings),
-                FLAGS.export_dir)
-  else:
-    command_line.run_or_export(embedding_task.EmbeddingTask, settings)
+  command_line.run_or_export(embedding_task.EmbeddingTask, settings,
+                             other_actions=OTHER_ACTIONS)
 
 
 if __name__ == "__main__":

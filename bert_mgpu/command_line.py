@@ -449,14 +449,16 @@ def export_job_settings(flag_values=None):
   return run_settings.JobSettings(flag_value(flag_values, "output_dir"))
 
 
-def export_only(flag_values=None):
-  """True when a run only exports a trained output_dir (--export_dir and no --do_*)."""
+def export_only(flag_values=None, other_actions=()):
+  """True when a run only exports a trained output_dir (--export_dir and no --do_* nor any
+  of the script's `other_actions`, e.g. run_embedding_mgpu.py's --embed_file)."""
   flag_values = FLAGS if flag_values is None else flag_values
   return bool(flag_value(flag_values, "export_dir")) and not (
-      flag_values.do_train or flag_value(flag_values, "do_eval") or flag_values.do_predict)
+      flag_values.do_train or flag_value(flag_values, "do_eval") or flag_values.do_predict
+      or any(flag_value(flag_values, name) for name in other_actions))
 
 
-def run_or_export(task_class, settings, flag_values=None):
+def run_or_export(task_class, settings, flag_values=None, other_actions=()):
   """main()'s last step in a script with --export_dir: the task's job (job.run_job, which
   exports at the end with --export_dir), or, when the run only exports (export_only), the
   export of its trained output_dir alone, with no data read and no device set up.
@@ -467,7 +469,7 @@ def run_or_export(task_class, settings, flag_values=None):
   """
   from bert_mgpu.training import job  # pylint: disable=import-outside-toplevel
   flag_values = FLAGS if flag_values is None else flag_values
-  if export_only(flag_values):
+  if export_only(flag_values, other_actions):
     task_class(export_job_settings(flag_values), settings).export(flag_values.export_dir)
     return
   job.run_job(task_class(job_settings(flag_values), settings), flag_values.export_dir)
@@ -495,7 +497,7 @@ def check_actions(data_flags, flag_values=None, other_actions=()):
   if not any(getattr(flag_values, name) for name in actions):
     raise UsageError("Nothing to do: pass at least one of %s." %
                      ", ".join("--" + name for name in actions))
-  only_export = export_only(flag_values)
+  only_export = export_only(flag_values, other_actions)
   for name in ("output_dir",) + (() if only_export else tuple(data_flags)):
     if not getattr(flag_values, name):
       raise UsageError("--%s is required." % name)

@@ -196,10 +196,15 @@ def text_lines(path, as_json=False):
     UsageError: unreadable or not UTF-8 (read_text_file), or a carriage return inside a
       line.
   """
-  for line_number, line in numbered_lines(read_text_file(path)):
+  return checked_lines(path, read_text_file(path), as_json)
+
+
+def checked_lines(name, text, as_json=False):
+  """text_lines of `text` already read from the file `name`."""
+  for line_number, line in numbered_lines(text):
     if "\r" in line:
       raise line_error(
-          path, line_number, "carriage return (\\r) inside the line, at character %d: %s"
+          name, line_number, "carriage return (\\r) inside the line, at character %d: %s"
           % (line.index("\r") + 1, quote_value(line, as_json)),
           "the file has CR (old Mac) line ends or a stray CR; save it with \\n line ends "
           "and remove CRs from the texts")

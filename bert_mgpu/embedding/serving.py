@@ -42,8 +42,9 @@ EMBEDDING_KIND = "embedding"
 # The runners' one output: [texts, hidden] float32.
 EMBEDDINGS = "embeddings"
 JSONL, NPY = "jsonl", "npy"
-# Corpus texts featurized and encoded at a time while building an index.
-CORPUS_CHUNK = 4096
+# Corpus texts featurized and encoded at a time while building an index (a progress line
+# may follow each).
+CORPUS_CHUNK = 1024
 PROGRESS_SECONDS = 10.0
 
 
@@ -77,7 +78,9 @@ TOP_K = kinds.KindFlag(
 MAX_INDEX_MEMORY_GB = kinds.KindFlag(
     "max_index_memory_gb", "float", search.DEFAULT_MAX_INDEX_GB, "With --corpus_file: refuse, "
     "before encoding, a corpus whose index would need more memory than this.", minimum=0)
-SEARCH_FLAGS = (CORPUS_FILE, INDEX, INDEX_DIR, HNSW_M, EF_SEARCH, TOP_K, MAX_INDEX_MEMORY_GB)
+# Read only with --corpus_file (refused without it).
+CORPUS_FLAGS = (INDEX, INDEX_DIR, HNSW_M, EF_SEARCH, TOP_K, MAX_INDEX_MEMORY_GB)
+HNSW_FLAGS = (HNSW_M, EF_SEARCH)
 
 
 def hidden_size(files):
@@ -97,11 +100,14 @@ def check_flags(values, with_text_b):
     raise UsageError("--index=%s: use flat or hnsw." % flag(INDEX))
   if flag(TOP_K) > search.MAX_TOP_K:
     raise UsageError("--top_k=%d: at most %d." % (flag(TOP_K), search.MAX_TOP_K))
+  def given(kind_flag):
+    return bool(values) and values.get(kind_flag.name, kind_flag.default) != kind_flag.default
+
   if flag(CORPUS_FILE) is None:
-    for f in SEARCH_FLAGS[1:]:
-      if values and f.name in values and values[f.name] != f.default:
+    for kind_flag in CORPUS_FLAGS:
+      if given(kind_flag):
         raise UsageError("--%s is read with --corpus_file: add it, or drop --%s." % (
-            f.name, f.name))
+            kind_flag.name, kind_flag.name))
     if with_text_b and flag(OUTPUT_FORMAT) == NPY:
       raise UsageError("--output_format=npy writes embeddings; --text_b writes one cosine "
                        "per pair: drop one.")
@@ -112,6 +118,10 @@ def check_flags(values, with_text_b):
   if flag(OUTPUT_FORMAT) == NPY:
     raise UsageError("--output_format=npy writes embeddings; with --corpus_file the output "
                      "is each line's hits (JSON lines): drop one.")
+  for kind_flag in HNSW_FLAGS:
+    if flag(INDEX) != search.HNSW and given(kind_flag):
+      raise UsageError("--%s is read with --index=hnsw: add it, or drop --%s." % (
+          kind_flag.name, kind_flag.name))
   if not os.path.isfile(flag(CORPUS_FILE)):
     raise UsageError("--corpus_file=%s: no such file." % flag(CORPUS_FILE))
   search.import_faiss()  # refused before the model loads
@@ -126,14 +136,14 @@ def featurize_texts(tokenizer, max_seq_length, texts):
   and the rows without tokens (int list: their indexes)."""
   arrays = {name: np.zeros([len(texts), max_seq_length], np.int32) for name in MODEL_INPUTS}
   truncated = np.zeros([len(texts)], np.bool_)
-  empty = []
+  tokenless_rows = []
   for row, text in enumerate(texts):
     ids, mask, segments, truncated[row] = text_row(text, tokenizer, max_seq_length)
     arrays["input_ids"][row], arrays["input_mask"][row] = ids, mask
     arrays["segment_ids"][row] = segments
     if sum(mask) == 2:
-      empty.append(row)
-  return model_inputs.Features(arrays, truncated), empty
+      tokenless_rows.append(row)
+  return model_inputs.Features(arrays, truncated), tokenless_rows
 
 
 def _keep_rows(features, rows):
@@ -141,9 +151,35 @@ def _keep_rows(features, rows):
                                features.truncated[rows])
 
 
-def unit_vectors(vectors):
-  """float32 [n, dim] rows of length 1 (a zero row stays zero)."""
-  return search.unit_rows(vectors)
+def read_corpus(path):
+  """The texts of a corpus file to index.
+
+  Returns:
+    (kept, blank, sha256): (0-based line number, text) of each non-blank line, the number
+    of blank lines, and the sha256 of the bytes read (the index's key).
+
+  Raises:
+    UsageError: unreadable, not UTF-8, a stray carriage return, or no text at all.
+  """
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:
+    raise UsageError("--corpus_file=%s: cannot read it (%s)." % (path, e))
+  text = text_files.decode_utf8(path, data, "save it as UTF-8")
+  numbered = list(text_files.checked_lines(path, text))
+  if numbered and numbered[-1][1] == "":
+    numbered.pop()  # the newline that ends the last line
+  kept = [(number - 1, line) for number, line in numbered if line.strip()]
+  if not kept:
+    raise UsageError("--corpus_file=%s has no text: give one text per line." % path)
+  return kept, len(numbered) - len(kept), search.file_sha256(data)
+
+
+def search_answer(query, hits):
+  """The JSON of one query's answer: {"query", "hits": [{"line", "text", "score"}]}."""
+  return collections.OrderedDict([("query", query), ("hits", [collections.OrderedDict([
+      ("line", hit.line), ("text", hit.text), ("score", hit.score)]) for hit in hits])])
 
 
 EmbeddingFeatures = collections.namedtuple("EmbeddingFeatures",
@@ -161,11 +197,6 @@ Fields:
 EmbeddingRecord = collections.namedtuple("EmbeddingRecord", ["text", "embedding"])
 CosineRecord = collections.namedtuple("CosineRecord", ["cosine"])
 SearchRecord = collections.namedtuple("SearchRecord", ["query", "hits"])
-
-
-def hits_json(hits):
-  return [collections.OrderedDict([("line", hit.line), ("text", hit.text),
-                                   ("score", hit.score)]) for hit in hits]
 
 
 class EmbeddingPredictor(kinds.TextPredictor):
@@ -186,10 +217,13 @@ class EmbeddingPredictor(kinds.TextPredictor):
     """EmbeddingFeatures of texts (pairs: texts_a's rows, then texts_b's). Raises
     model_inputs.NoTokensError for the first text without tokens."""
     texts = list(texts_a) + list(texts_b or [])
-    features, empty = featurize_texts(self.model.tokenizer, self.max_seq_length, texts)
-    if empty:
-      row = empty[0]
-      raise model_inputs.NoTokensError(row % len(texts_a), "ab"[row // len(texts_a)])
+    features, tokenless_rows = featurize_texts(self.model.tokenizer, self.max_seq_length,
+                                               texts)
+    if tokenless_rows:
+      # The first input (a pair's text_a before its text_b) without tokens.
+      row, field = min((row % len(texts_a), "ab"[row // len(texts_a)])
+                       for row in tokenless_rows)
+      raise model_inputs.NoTokensError(row, field)
     return EmbeddingFeatures(features, list(texts_a), texts_b is not None, False)
 
   def featurize_file(self, name, inputs):
@@ -200,7 +234,7 @@ class EmbeddingPredictor(kinds.TextPredictor):
     vectors = outputs[EMBEDDINGS]  # [rows, hidden]
     n = len(featurized.texts)
     if featurized.pairs:
-      cosines = np.sum(unit_vectors(vectors[:n]) * unit_vectors(vectors[n:]), axis=-1)
+      cosines = np.sum(search.unit_rows(vectors[:n]) * search.unit_rows(vectors[n:]), axis=-1)
       return [CosineRecord(float(c)) for c in cosines]
     if featurized.queries:
       return [SearchRecord(query, hits) for query, hits in zip(
@@ -216,8 +250,7 @@ class EmbeddingPredictor(kinds.TextPredictor):
     if records and isinstance(records[0], CosineRecord):
       return "".join("%.6f\n" % record.cosine for record in records)
     if records and isinstance(records[0], SearchRecord):
-      return "".join(json.dumps(collections.OrderedDict([
-          ("query", record.query), ("hits", hits_json(record.hits))]), ensure_ascii=False)
+      return "".join(json.dumps(search_answer(record.query, record.hits), ensure_ascii=False)
                      + "\n" for record in records)
     if self.output_is_binary():
       buffer = io.BytesIO()
@@ -256,21 +289,20 @@ class EmbeddingPredictor(kinds.TextPredictor):
     corpus_file = self.flag(CORPUS_FILE.name)
     if corpus_file is None:
       return
-    lines = list(text_files.text_lines(corpus_file))
-    if lines and lines[-1][1] == "":
-      lines.pop()  # the newline that ends the last line
-    blank = [n for n, text in lines if not text.strip()]
-    kept = [(n - 1, text) for n, text in lines if text.strip()]
+    kept, blank, corpus_sha256 = read_corpus(corpus_file)
     index_type, hnsw_m = self.flag(INDEX.name), self.flag(HNSW_M.name)
-    search.check_memory(len(kept), hidden_size(self.model.files), index_type, hnsw_m,
-                        self.flag(MAX_INDEX_MEMORY_GB.name), corpus_file)
-    key = search.index_key(self.model_key(), search.file_sha256(corpus_file), index_type,
-                           hnsw_m)
+    dim = hidden_size(self.model.files)
+
+    def check_memory(building):
+      search.check_memory(len(kept), dim, index_type, hnsw_m,
+                          self.flag(MAX_INDEX_MEMORY_GB.name), corpus_file, building)
+
+    key = search.index_key(self.model_key(), corpus_sha256, index_type, hnsw_m)
     key["corpus_file"] = os.path.abspath(corpus_file)
-    index_dir = self.flag(INDEX_DIR.name) or corpus_file + ".index"
     self.corpus = search.load_or_build(
-        index_dir, key, lambda: self._encode_corpus(corpus_file, kept, len(blank)),
-        index_type, hnsw_m, self.flag(EF_SEARCH.name))
+        self.flag(INDEX_DIR.name) or corpus_file + ".index", key,
+        lambda: self._encode_corpus(corpus_file, kept, blank, dim), index_type, hnsw_m,
+        self.flag(EF_SEARCH.name), check_memory)
     _LOGGER.info("Searching %d texts of %s (%s index).", len(self.corpus), corpus_file,
                  index_type)
 
@@ -280,39 +312,57 @@ class EmbeddingPredictor(kinds.TextPredictor):
     change a vector."""
     onnx_path = getattr(self.model, "onnx_path", None)  # serving/onnx_predictor.OnnxModel
     weights = onnx_path or self.model.checkpoint + ".index"
-    status = os.stat(weights)
     key = {"backend": "onnxruntime" if onnx_path else "tensorflow",
-           "weights": os.path.abspath(weights), "weights_bytes": status.st_size,
-           "weights_mtime_ns": status.st_mtime_ns}
+           "weights": os.path.abspath(weights)}
+    try:
+      status = os.stat(weights)
+      key.update(weights_bytes=status.st_size, weights_mtime_ns=status.st_mtime_ns)
+    except OSError:  # not a local file (gs://...): its path alone
+      pass
     for name in ("pooling", "normalize_embeddings", "max_seq_length", "do_lower_case"):
       key[name] = self.settings.get(name)
     return key
 
-  def _encode_corpus(self, corpus_file, kept, blank_lines):
-    """(lines, texts, vectors) of the corpus's texts with tokens, encoded in chunks."""
-    lines, texts, vectors = [], [], []
-    tokenless = 0
-    meter = progress.Progress(len(kept), PROGRESS_SECONDS)
-    for start in range(0, len(kept), CORPUS_CHUNK):
-      chunk = kept[start:start + CORPUS_CHUNK]
-      features, empty = featurize_texts(self.model.tokenizer, self.max_seq_length,
-                                        [text for _, text in chunk])
-      rows = np.setdiff1d(np.arange(len(chunk)), empty)
-      tokenless += len(empty)
-      vectors.append(self.predict(_keep_rows(features, rows))[EMBEDDINGS])
-      lines.extend(chunk[row][0] for row in rows)
-      texts.extend(chunk[row][1] for row in rows)
+  def _encode_corpus(self, corpus_file, kept, blank, dim):
+    """(line numbers, texts, vectors float32 [n, dim]) of the corpus texts with tokens.
+
+    Each distinct text is encoded once, so that equal lines get equal vectors (their order
+    in a tie is then their lines'), in chunks of CORPUS_CHUNK with a progress line."""
+    distinct = list(collections.OrderedDict.fromkeys(text for _, text in kept))
+    row_of = {}  # distinct text -> its row in `encoded`, or None without tokens
+    encoded = np.empty([len(distinct), dim], np.float32)
+    rows, cut = 0, 0
+    meter = progress.Progress(len(distinct), PROGRESS_SECONDS)
+    for start in range(0, len(distinct), CORPUS_CHUNK):
+      chunk = distinct[start:start + CORPUS_CHUNK]
+      features, tokenless_rows = featurize_texts(self.model.tokenizer, self.max_seq_length,
+                                                 chunk)
+      with_tokens = np.setdiff1d(np.arange(len(chunk)), tokenless_rows)
+      for row in tokenless_rows:
+        row_of[chunk[row]] = None
+      features = _keep_rows(features, with_tokens)
+      encoded[rows:rows + len(with_tokens)] = self.predict(features)[EMBEDDINGS]
+      for offset, row in enumerate(with_tokens):
+        row_of[chunk[row]] = rows + offset
+      rows += len(with_tokens)
+      cut += int(features.truncated.sum())
       done = start + len(chunk)
-      if meter.due() or done == len(kept):
-        _LOGGER.info("Encoded %d of %d corpus texts (%.0f texts/s, %s left).", done,
-                     len(kept), meter.rate(done), progress.format_duration(
-                         meter.eta_seconds(done)))
-    if not texts:
+      if meter.due() or done == len(distinct):
+        _LOGGER.info("Encoded %d of %d distinct corpus texts (%.0f texts/s, %s left).", done,
+                     len(distinct), meter.rate(done),
+                     progress.format_duration(meter.eta_seconds(done)))
+    found = [(number, text) for number, text in kept if row_of[text] is not None]
+    if not found:
       raise UsageError("--corpus_file=%s has no text with tokens." % corpus_file)
-    _LOGGER.info("%s: %d texts encoded; %d empty and %d tokenless line(s) skipped (line "
-                 "numbers stay the file's, from 0).", corpus_file, len(texts), blank_lines,
-                 tokenless)
-    return lines, texts, np.concatenate(vectors).astype(np.float32)
+    tokenless = len(kept) - len(found)
+    _LOGGER.info("%s: %d texts indexed (%d distinct); %d blank and %d tokenless line(s) "
+                 "skipped (line numbers stay the file's, from 0); %d text(s) cut to "
+                 "max_seq_length=%d.", corpus_file, len(found), rows, blank, tokenless, cut,
+                 self.max_seq_length)
+    # One row per kept line; equal lines share their vector.
+    vectors = encoded[[row_of[text] for _, text in found]]
+    del encoded
+    return [number for number, _ in found], [text for _, text in found], vectors
 
   def routes(self):
     return {"/search": self._search} if self.corpus is not None else {}
@@ -322,6 +372,10 @@ class EmbeddingPredictor(kinds.TextPredictor):
     if not isinstance(request, dict) or "queries" not in request:
       raise kinds.BadRequest('send a JSON object with "queries": a list of strings (and '
                              '"top_k": hits per query, at most %d)' % search.MAX_TOP_K)
+    unknown = sorted(set(request) - {"queries", "top_k"})
+    if unknown:
+      raise kinds.BadRequest('%s is not a field of a search: send "queries" and "top_k"' %
+                             json.dumps(unknown[0]))
     if isinstance(request["queries"], list) and len(request["queries"]) > limits.max_texts:
       raise kinds.TooManyTexts("the request has %d queries; send at most %d per request "
                                "(--max_request_texts)" % (len(request["queries"]),
@@ -337,8 +391,8 @@ class EmbeddingPredictor(kinds.TextPredictor):
       raise kinds.BadRequest("queries[%d] has no tokens (only spaces, control or invisible "
                              "characters): send a text" % e.row)
     found = self.corpus.search(predict(featurized.features)[EMBEDDINGS], top_k)
-    return {"results": [collections.OrderedDict([("query", query), ("hits", hits_json(hits))])
-                        for query, hits in zip(queries, found)]}
+    return {"results": [search_answer(query, hits) for query, hits in zip(queries, found)],
+            "truncated": int(featurized.features.truncated.sum())}
 
 
 class EmbeddingKind(kinds.ServableKind):
@@ -351,7 +405,7 @@ class EmbeddingKind(kinds.ServableKind):
   has_labels = False
   takes_text_b = True
   model_noun = "embedding"
-  flags = (OUTPUT_FORMAT,) + SEARCH_FLAGS
+  flags = (OUTPUT_FORMAT, CORPUS_FILE) + CORPUS_FLAGS
 
   def check_flags(self, values, with_text_b):
     check_flags(values, with_text_b)

@@ -26,9 +26,7 @@ def create_serving_model_fn(bert_config, pooling, normalize):
         bert_config, features["input_ids"], features["input_mask"], features["segment_ids"],
         is_training, pooling)  # [batch, hidden]
     if normalize:
-      # As metrics.unit: a zero vector stays zero.
-      norms = tf.sqrt(tf.reduce_sum(tf.square(pooled), axis=-1, keepdims=True))
-      pooled = pooled / tf.maximum(norms, 1e-12)
+      pooled = tf.nn.l2_normalize(pooled, axis=-1)  # a zero vector stays zero
     return {embedding_serving.EMBEDDINGS: pooled}
   return model_fn
 

@@ -507,7 +507,7 @@ def test_a_run_without_a_checkpoint_is_refused_before_writing(data, tmp_path):
 
 @pytest.mark.parametrize("flags, fragment", [
     ({}, "Nothing to do: pass at least one of --do_train, --do_eval, --do_predict, "
-         "--embed_file."),
+         "--export_dir, --embed_file."),
     ({"do_train": True}, "--data_dir is required."),
     ({"embed_file": "x.txt", "vocab_file": None}, "--vocab_file is required."),
     ({"do_train": True, "data_dir": ".", "early_stopping_patience": -1},
