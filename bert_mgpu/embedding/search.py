@@ -326,7 +326,8 @@ def _build_and_keep(index_dir, directory, key, encode_corpus, index_type, hnsw_m
     shutil.rmtree(building, ignore_errors=True)
 
 
-def load_or_build(index_dir, key, encode_corpus, index_type, hnsw_m, ef_search, check_memory):
+def load_or_build(index_dir, key, encode_corpus, index_type, hnsw_m, ef_search,
+                  check_memory=None):
   """The index of `key` in index_dir: loaded when kept, else built and kept.
 
   A lock file per key (index_dir/.lock-NAME) makes a second process wait for the first
@@ -337,8 +338,8 @@ def load_or_build(index_dir, key, encode_corpus, index_type, hnsw_m, ef_search, 
     key: index_key(), with "corpus_file" (named in the log, not part of the key's hash).
     encode_corpus: function() -> (line numbers, texts, vectors float32 [n, dim]).
     index_type, hnsw_m, ef_search: the index's.
-    check_memory: function(building) raising UsageError when building (True) or loading
-      (False) the index would need too much memory; called before either.
+    check_memory: None, or function(building) raising UsageError when building (True) or
+      loading (False) the index would need too much memory; called before either.
 
   Returns:
     CorpusIndex.
@@ -357,10 +358,12 @@ def load_or_build(index_dir, key, encode_corpus, index_type, hnsw_m, ef_search, 
   with lock:  # closing the file releases the lock
     fcntl.flock(lock, fcntl.LOCK_EX)
     if os.path.isfile(os.path.join(directory, KEY_FILE)):
-      check_memory(False)
+      if check_memory is not None:
+        check_memory(False)
       corpus = _load_kept(directory, key, ef_search)
       if corpus is not None:
         return corpus
-    check_memory(True)
+    if check_memory is not None:
+      check_memory(True)
     return _build_and_keep(index_dir, directory, key, encode_corpus, index_type, hnsw_m,
                            ef_search)
