@@ -238,6 +238,33 @@ def worker_query(args):
                         for a, e in zip(found["hnsw"], found["flat"])]))
   print(json.dumps({"measure": "hnsw_recall@10_vs_flat_timed_queries",
                     "ef_search": args.ef_search, "recall@10": same}), flush=True)
+  # Other encoders (e.g. BERT-base): featurize + encode of one query alone, no search (their
+  # vectors do not belong to the index's model); add the search times above for a total.
+  import predict_text  # pylint: disable=import-outside-toplevel
+  for spec in args.extra_encoders:
+    export_dir, _, onnx_file = spec.partition(":")
+    predict_text.FLAGS.corpus_file = None
+    predict_text.FLAGS.index = "flat"
+    predict_text.FLAGS.export_dir = export_dir
+    if onnx_file:
+      predict_text.FLAGS.backend = "onnxruntime"
+      predict_text.FLAGS.onnx_file = onnx_file
+    else:
+      predict_text.FLAGS.backend = "tensorflow"
+      predict_text.FLAGS.onnx_file = None
+    predictor = predict_text.make_predictor(predict_text.load_model())
+    for q in queries[:args.warmup_queries]:
+      predictor.predict(predictor.featurize([q]).features)
+    encode = []
+    for q in queries:
+      t0 = time.perf_counter()
+      predictor.predict(predictor.featurize([q]).features)
+      encode.append(time.perf_counter() - t0)
+    print(json.dumps({"measure": "one_query_encode_latency", "model": spec,
+                      "backend": predict_text.FLAGS.backend, "queries": len(queries),
+                      "p50_ms": 1e3 * _percentile(encode, 50),
+                      "p99_ms": 1e3 * _percentile(encode, 99)}), flush=True)
+    predictor.close()
 
 
 # ---------------------------------------------------------------------------
@@ -337,6 +364,8 @@ def query(args):
            "--query_onnx_file", args.query_onnx_file, "--hnsw_m", str(args.hnsw_m),
            "--ef_search", str(args.ef_search), "--warmup_queries", str(args.warmup_queries),
            "--ef_list"] + [str(e) for e in args.ef_list]
+  if args.extra_encoders:
+    wargs += ["--extra_encoders"] + args.extra_encoders
   for line in run_worker(args.tf_python, wargs, log_path, args.timeout):
     print(json.dumps({"cpu": cpu, **line}), flush=True)
 
@@ -377,6 +406,9 @@ def main(argv=None):
   q.add_argument("--hnsw_m", type=int, default=32)
   q.add_argument("--ef_search", type=int, default=128)
   q.add_argument("--ef_list", type=int, nargs="*", default=[16, 32, 64, 256])
+  q.add_argument("--extra_encoders", nargs="*", default=[],
+                 help="EXPORT_DIR:ONNX_FILE (onnxruntime) or EXPORT_DIR (TensorFlow): also "
+                      "the latency of encoding one query with these (no search)")
   q.add_argument("--timeout", type=float, default=3600)
   q.add_argument("--tf_python", default=tf_python)
 
@@ -404,6 +436,7 @@ def main(argv=None):
   for name in ("--n_index", "--n_queries", "--hnsw_m", "--ef_search", "--warmup_queries"):
     wq.add_argument(name, type=int, required=True)
   wq.add_argument("--ef_list", type=int, nargs="*", default=[])
+  wq.add_argument("--extra_encoders", nargs="*", default=[])
 
   args = p.parse_args(argv)
   {"corpus": corpus, "query": query, "worker_ours": worker_ours, "worker_st": worker_st,
