@@ -76,9 +76,6 @@ def check_flags():
   given = [name for name in misplaced if FLAGS[name].present]
   if given:
     raise UsageError("--%s does not apply to --to=%s." % (given[0], FLAGS.to))
-  if FLAGS.to == "tensorflow" and FLAGS["max_seq_length"].present and not FLAGS.keep_head:
-    raise UsageError("--max_seq_length is for the model_settings.json of --keep_head: add "
-                     "--keep_head or drop it.")
   if FLAGS.to == "tensorflow" and sentence_transformers_format.is_sentence_transformers_dir(
       FLAGS.input):
     for name in ("keep_head", "max_seq_length"):
@@ -86,6 +83,9 @@ def check_flags():
         raise UsageError("--%s: %s is a sentence-transformers model (modules.json), which has "
                          "no head and keeps its max_seq_length; drop --%s." % (
                              name, FLAGS.input, name))
+  if FLAGS.to == "tensorflow" and FLAGS["max_seq_length"].present and not FLAGS.keep_head:
+    raise UsageError("--max_seq_length is for the model_settings.json of --keep_head: add "
+                     "--keep_head or drop it.")
   command_line.check_positive(("max_seq_length",))
 
 

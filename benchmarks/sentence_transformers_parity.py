@@ -21,7 +21,6 @@ separate process: torch and TensorFlow need not share one environment).
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -84,9 +83,9 @@ def main():
   parser.add_argument("--epochs", type=float, default=1.0)
   args = parser.parse_args()
   work = args.work_dir
-  if os.path.exists(work):
-    shutil.rmtree(work)
-  os.makedirs(work)
+  if os.path.exists(work) and os.listdir(work):
+    sys.exit("--work_dir=%s is not empty: give a new or empty directory." % work)
+  os.makedirs(work, exist_ok=True)
   with open(args.texts, encoding="utf-8") as f:
     texts = [line.rstrip("\n") for line in f if line.strip()]
   texts_file = os.path.join(work, "texts.txt")

@@ -186,8 +186,8 @@ def _adopt_trained_settings(output_dir, settings):
 
 # The start settings a run takes from embedding_settings.json beside --init_checkpoint; the
 # first two are refused when given otherwise (the converted model was trained with them).
-_START_SETTINGS = ("pooling", "normalize_embeddings", "max_seq_length")
-_START_SETTINGS_FIXED = ("pooling", "normalize_embeddings")
+_START_SETTINGS = ("pooling", "normalize_embeddings", "do_lower_case", "max_seq_length")
+_START_SETTINGS_FIXED = ("pooling", "normalize_embeddings", "do_lower_case")
 
 
 def adopt_start_settings(init_checkpoint, settings):
@@ -205,6 +205,11 @@ def adopt_start_settings(init_checkpoint, settings):
     start = json.loads(model_files.read_utf8(path))
   except (OSError, ValueError) as e:
     raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
+  if not isinstance(start, dict) or start.get("pooling", embedding_model.MEAN) not in (
+      embedding_model.POOLINGS):
+    raise UsageError("%s: expected {\"pooling\": one of %s, ...}; convert the model again "
+                     "with convert_checkpoint.py --to=tensorflow." % (
+                         path, ", ".join(embedding_model.POOLINGS)))
   for name in _START_SETTINGS:
     if name not in start or start[name] == getattr(settings, name):
       continue

@@ -206,11 +206,15 @@ def _modules(directory):
 def _pooling_of(config, path):
   """Our pooling of a Pooling module's config (classic or sentence-transformers 6)."""
   if "pooling_mode" in config:
-    mode = config["pooling_mode"]
+    modes = config["pooling_mode"]
+    modes = [modes] if isinstance(modes, str) else list(modes or [])
+  elif not any(name in config for name in _POOLING_MODES):
+    modes = ["mean"]  # sentence-transformers' default
   else:
-    chosen = [name for name in _POOLING_MODES if config.get(name)]
-    mode = chosen[0][len("pooling_mode_"):] if len(chosen) == 1 else "+".join(chosen)
-    mode = {"cls_token": "cls", "mean_tokens": "mean"}.get(mode, mode)
+    modes = [{"cls_token": "cls", "mean_tokens": "mean"}.get(name[len("pooling_mode_"):],
+                                                             name[len("pooling_mode_"):])
+             for name in _POOLING_MODES if config.get(name)]
+  mode = modes[0] if len(modes) == 1 else "+".join(str(m) for m in modes) or "none"
   if mode not in _OURS:
     raise UsageError("%s: the pooling %r has no counterpart here (cls and mean do): it is not "
                      "converted." % (path, mode))
@@ -232,6 +236,16 @@ def _dense_as_pooler(module_dir, config, hidden_size):
   raw, _ = weight_files.read_weights(module_dir)
   return {POOLER_KERNEL: np.ascontiguousarray(raw["linear.weight"].T, np.float32),
           POOLER_BIAS: np.asarray(raw["linear.bias"], np.float32)}
+
+
+def _do_lower_case(input_dir, transformer_dir):
+  """Whether text is lower-cased: by the tokenizer, or by sentence-transformers before it
+  (sentence_bert_config.json's do_lower_case)."""
+  for directory in (input_dir, transformer_dir):
+    path = os.path.join(directory, SENTENCE_BERT_CONFIG_FILE)
+    if os.path.isfile(path) and model_config.read_json(path).get("do_lower_case"):
+      return True
+  return model_config.do_lower_case_of(transformer_dir)
 
 
 def _max_seq_length(input_dir, transformer_dir):
@@ -288,10 +302,15 @@ def from_sentence_transformers(input_dir, output_dir):
     raise UsageError("%s lists no Pooling module: it is not a sentence embedding model." %
                      os.path.join(input_dir, MODULES_FILE))
   settings = collections.OrderedDict([("pooling", pooling),
-                                      ("normalize_embeddings", normalize)])
+                                      ("normalize_embeddings", normalize),
+                                      ("do_lower_case", _do_lower_case(input_dir,
+                                                                       transformer_dir))])
   max_seq_length = _max_seq_length(input_dir, transformer_dir)
+  positions = model_config.read_json(os.path.join(
+      transformer_dir, model_config.CONFIG_FILE)).get("max_position_embeddings")
   if max_seq_length is not None:
-    settings["max_seq_length"] = max_seq_length
+    # sentence-transformers cannot run longer inputs either.
+    settings["max_seq_length"] = min(max_seq_length, positions or max_seq_length)
   summary = to_tensorflow.convert(
       transformer_dir, output_dir, replace_arrays=pooler,
       beside_texts={EMBEDDING_SETTINGS_FILE: _json(settings)})

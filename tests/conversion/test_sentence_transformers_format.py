@@ -122,7 +122,8 @@ def test_out_and_in_again_keeps_weights_pooling_and_normalisation(tmp_path, pool
   back = str(tmp_path / "back")
   st_format.from_sentence_transformers(str(tmp_path / "st"), back)
   assert read_json(os.path.join(back, "embedding_settings.json")) == {
-      "pooling": pooling, "normalize_embeddings": normalize, "max_seq_length": MAX_SEQ_LENGTH}
+      "pooling": pooling, "normalize_embeddings": normalize, "do_lower_case": True,
+      "max_seq_length": MAX_SEQ_LENGTH}
   restored = checkpoint_arrays(os.path.join(back, "bert_model.ckpt"))
   assert sorted(restored) == sorted(arrays)
   for name, array in arrays.items():
@@ -203,7 +204,8 @@ def test_a_sentence_transformers_6_directory_with_cls_and_dense_becomes_pooler(t
   weights = write_st6_dir(str(tmp_path / "st6"), "cls", dense)
   st_format.from_sentence_transformers(str(tmp_path / "st6"), str(tmp_path / "out"))
   assert read_json(str(tmp_path / "out" / "embedding_settings.json")) == {
-      "pooling": "pooler", "normalize_embeddings": True, "max_seq_length": 20}
+      "pooling": "pooler", "normalize_embeddings": True, "do_lower_case": True,
+      "max_seq_length": 20}
   restored = checkpoint_arrays(str(tmp_path / "out" / "bert_model.ckpt"))
   # The Dense replaces BERT's own pooler, transposed to Google's [in, out].
   np.testing.assert_array_equal(restored["bert/pooler/dense/kernel"],
@@ -303,3 +305,25 @@ def test_run_embedding_takes_the_start_settings_and_refuses_another_pooling(tmp_
   assert "Using the start model's pooling = pooler" in taken.stderr
   assert "Using the start model's max_seq_length = %d" % MAX_SEQ_LENGTH in taken.stderr
   assert np.load(str(tmp_path / "taken" / "embeddings.npy")).shape == (2, 16)
+
+
+def test_a_list_pooling_mode_lower_casing_and_a_long_max_seq_length_are_read(tmp_path):
+  directory = str(tmp_path / "st6")
+  write_st6_dir(directory, ["mean"], max_length=1000)
+  tokenizer = read_json(os.path.join(directory, "tokenizer_config.json"))
+  tokenizer["do_lower_case"] = False
+  conversion_models.write_json(os.path.join(directory, "tokenizer_config.json"), tokenizer)
+  conversion_models.write_json(os.path.join(directory, "sentence_bert_config.json"),
+                               {"max_seq_length": 1000, "do_lower_case": True})
+  st_format.from_sentence_transformers(directory, str(tmp_path / "out"))
+  # Lower-cased before the tokenizer; no longer than the 64 position embeddings.
+  assert read_json(str(tmp_path / "out" / "embedding_settings.json")) == {
+      "pooling": "mean", "normalize_embeddings": True, "do_lower_case": True,
+      "max_seq_length": 64}
+
+
+def test_two_pooling_modes_at_once_are_refused_in_one_line(tmp_path):
+  directory = str(tmp_path / "st6")
+  write_st6_dir(directory, ["cls", "mean"])
+  result = convert(to="tensorflow", input=directory, output=str(tmp_path / "out"))
+  cli.assert_one_line_error(result, "cls+mean", "not converted")
