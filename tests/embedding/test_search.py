@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from bert_mgpu.embedding import search
+from bert_mgpu.embedding import serving as embedding_serving
 from bert_mgpu.errors import UsageError
 
 try:
@@ -270,10 +271,11 @@ def test_the_key_holds_hnsw_m_only_for_hnsw_and_never_ef_search():
   assert not any("ef" in name for name in hnsw)
 
 
-def test_file_sha256_is_the_files(tmp_path):
+def test_the_corpus_key_is_the_sha256_of_the_files_bytes(tmp_path):
   path = tmp_path / "corpus.txt"
   path.write_bytes(b"a\n\xe4\xbd\xa0\xe5\xa5\xbd\n" * 100000)
-  assert search.file_sha256(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest()
+  _, _, sha256 = embedding_serving.read_corpus(str(path))
+  assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class Encoder(object):
@@ -491,7 +493,7 @@ def test_check_memory_refuses_past_the_limit_in_one_message():
     search.check_memory(1000, 250, search.FLAT, 32, 0.0019, "faq.txt")
   message = str(raised.value)
   assert "\n" not in message
-  for fragment in ("faq.txt: 1000 texts need 0.00 GB", "flat, 250 dimensions",
+  for fragment in ("faq.txt: 1000 texts need 2.00 MB", "flat, 250 dimensions",
                    "--max_index_memory_gb=0.0019"):
     assert fragment in message, message
   # HNSW needs more than flat for the same corpus.

@@ -737,6 +737,7 @@ def test_missing_faiss_is_one_line_naming_the_package(model, tmp_path):
     assert "Encoded" not in result.stderr
 
 
+@needs_faiss  # without faiss, its refusal comes first
 def test_the_memory_refusal_comes_before_any_encoding(model, tmp_path):
   corpus = write_lines(str(tmp_path / "faq.txt"), CORPUS)
   result, output_file = predict(model, [
@@ -761,7 +762,8 @@ REFUSALS = {
     "npy_and_corpus": (["--output_format=npy", "--corpus_file={corpus}"], QUERIES, True,
                        ["--output_format=npy writes embeddings; with --corpus_file"]),
     "npy_to_stdout": (["--output_format=npy"], QUERIES, False,
-                      ["the output is binary (--output_format): give --output_file."]),
+                      ["the output asked for is a binary file, which stdout does not take: give "
+                       "--output_file."]),
     "npy_and_text_b": (["--output_format=npy", "--text_b"], [E[0] + u"\t" + E[1]], True,
                        ["--output_format=npy writes embeddings; --text_b writes one cosine "
                         "per pair: drop one."]),
