@@ -155,103 +155,96 @@ def _percentile(values, q):
   return float(np.percentile(np.asarray(values), q))
 
 
-def worker_query(args):
-  """Query latency and hnsw recall (see the module doc): JSON lines on stdout."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
+def _corpus_file(args):
+  """The first --n_index titles as a corpus file in --index_dir (written once)."""
   titles_n = len(read_titles(args.titles, args.n_index))
   if titles_n < args.n_index:
     sys.exit("%s has %d lines, fewer than --n_index=%d" % (args.titles, titles_n, args.n_index))
-  corpus_file = args.titles
-  if args.n_index is not None:
-    corpus_file = os.path.join(args.index_dir, "corpus_%d.txt" % args.n_index)
-    if not os.path.isfile(corpus_file):
-      os.makedirs(args.index_dir, exist_ok=True)
-      with open(corpus_file + ".tmp", "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(t + "\n" for t in read_titles(args.titles, args.n_index)))
-      os.rename(corpus_file + ".tmp", corpus_file)
-  queries = read_titles(args.queries, args.n_queries)
-  found = {}
-  predictors = {}
-  for index_type in ("flat", "hnsw"):
+  corpus_file = os.path.join(args.index_dir, "corpus_%d.txt" % args.n_index)
+  if not os.path.isfile(corpus_file):
+    os.makedirs(args.index_dir, exist_ok=True)
+    with open(corpus_file + ".tmp", "w", encoding="utf-8", newline="\n") as f:
+      f.write("".join(t + "\n" for t in read_titles(args.titles, args.n_index)))
+    os.rename(corpus_file + ".tmp", corpus_file)
+  return corpus_file
+
+
+def _search_predictor(args, corpus_file, index_type, first):
+  """predict_text.py's predictor with --corpus_file indexed as `index_type`, and the seconds
+  its preparation took (encoding or loading the index)."""
+  import predict_text  # pylint: disable=import-outside-toplevel
+  t0 = time.perf_counter()
+  if first:
     argv = ["--export_dir=" + args.export_dir_3l, "--backend=onnxruntime",
             "--onnx_file=" + args.query_onnx_file, "--corpus_file=" + corpus_file,
             "--index=" + index_type, "--index_dir=" + args.index_dir, "--top_k=10"]
     if index_type == "hnsw":
       argv += ["--hnsw_m=%d" % args.hnsw_m, "--ef_search=%d" % args.ef_search]
-    if not predictors:
-      t0 = time.perf_counter()
-      _, _, predictor = _our_predictor(argv)
-    else:  # absl flags are defined once per process: set the two that differ and rebuild
-      import predict_text  # pylint: disable=import-outside-toplevel
-      predict_text.FLAGS.index = index_type
-      predict_text.FLAGS.hnsw_m = args.hnsw_m
-      predict_text.FLAGS.ef_search = args.ef_search
-      t0 = time.perf_counter()
-      predictor = predict_text.make_predictor(predict_text.load_model())
-    prepare_seconds = time.perf_counter() - t0
-    predictors[index_type] = predictor
-    corpus = predictor.corpus
-    for q in queries[:args.warmup_queries]:
-      corpus.search(predictor.predict(predictor.featurize([q]).features)["embeddings"], 10)
-    total, search_only, hits = [], [], []
-    for q in queries:
-      t0 = time.perf_counter()
-      vectors = predictor.predict(predictor.featurize([q]).features)["embeddings"]
-      t1 = time.perf_counter()
-      result = corpus.search(vectors, 10)
-      t2 = time.perf_counter()
-      total.append(t2 - t0)
-      search_only.append(t2 - t1)
-      hits.append([hit.line for hit in result[0]])
-    found[index_type] = hits
-    line = {"measure": "query_latency", "index": index_type, "corpus": len(corpus),
-            "queries": len(queries), "top_k": 10,
-            "p50_ms": 1e3 * _percentile(total, 50), "p99_ms": 1e3 * _percentile(total, 99),
-            "search_p50_ms": 1e3 * _percentile(search_only, 50),
-            "search_p99_ms": 1e3 * _percentile(search_only, 99),
-            "mean_ms": 1e3 * float(np.mean(total)),
-            "prepare_seconds": prepare_seconds, "index_dir": corpus.directory,
-            "model": os.path.join(args.export_dir_3l, args.query_onnx_file)}
-    if index_type == "hnsw":
-      line.update(hnsw_m=args.hnsw_m, ef_search=args.ef_search)
-    print(json.dumps(line), flush=True)
-  # hnsw recall@10 against flat: the same query vectors, efSearch varied on the loaded index.
-  flat_pred, hnsw_pred = predictors["flat"], predictors["hnsw"]
-  vectors = flat_pred.predict(flat_pred.featurize(queries).features)["embeddings"]
-  exact = [[h.line for h in r] for r in flat_pred.corpus.search(vectors, 10)]
-  index = hnsw_pred.corpus.index
+    _, _, predictor = _our_predictor(argv)
+  else:  # absl flags are defined once per process: set those that differ and rebuild
+    predict_text.FLAGS.index = index_type
+    predict_text.FLAGS.hnsw_m = args.hnsw_m
+    predict_text.FLAGS.ef_search = args.ef_search
+    predictor = predict_text.make_predictor(predict_text.load_model())
+  return predictor, time.perf_counter() - t0
+
+
+def _timed_queries(predictor, queries, warmup):
+  """(seconds of featurize + encode + search, seconds of search, hit lines) per query."""
+  for q in queries[:warmup]:
+    predictor.corpus.search(predictor.predict(predictor.featurize([q]).features)["embeddings"],
+                            10)
+  total, search_only, hits = [], [], []
+  for q in queries:
+    t0 = time.perf_counter()
+    vectors = predictor.predict(predictor.featurize([q]).features)["embeddings"]
+    t1 = time.perf_counter()
+    result = predictor.corpus.search(vectors, 10)
+    t2 = time.perf_counter()
+    total.append(t2 - t0)
+    search_only.append(t2 - t1)
+    hits.append([hit.line for hit in result[0]])
+  return total, search_only, hits
+
+
+def _print_hnsw_recall(args, flat, hnsw, queries):
+  """hnsw recall@10 against flat on the same query vectors, efSearch varied on the loaded
+  index (restored to --ef_search after)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  vectors = flat.predict(flat.featurize(queries).features)["embeddings"]
+  exact = [[h.line for h in r] for r in flat.corpus.search(vectors, 10)]
+  index = hnsw.corpus.index
   for ef in [args.ef_search] + [e for e in args.ef_list if e != args.ef_search]:
     index.hnsw.efSearch = ef
-    approx = [[h.line for h in r] for r in hnsw_pred.corpus.search(vectors, 10)]
-    recall = float(np.mean([len(set(a) & set(e)) / 10.0 for a, e in zip(approx, exact)]))
+    approx = [[h.line for h in r] for r in hnsw.corpus.search(vectors, 10)]
     t0 = time.perf_counter()
     for i in range(len(vectors)):
-      hnsw_pred.corpus.search(vectors[i:i + 1], 10)
+      hnsw.corpus.search(vectors[i:i + 1], 10)
     per_query = (time.perf_counter() - t0) / len(vectors)
     print(json.dumps({"measure": "hnsw_recall@10_vs_flat", "ef_search": ef,
-                      "hnsw_m": args.hnsw_m, "queries": len(vectors), "recall@10": recall,
+                      "hnsw_m": args.hnsw_m, "queries": len(vectors),
+                      "recall@10": _recall_at_10(approx, exact),
                       "search_mean_ms": 1e3 * per_query,
                       "default": ef == args.ef_search}), flush=True)
   index.hnsw.efSearch = args.ef_search
-  # The same check on the query lists measured above (encoded one at a time).
-  same = float(np.mean([len(set(a) & set(e)) / 10.0
-                        for a, e in zip(found["hnsw"], found["flat"])]))
-  print(json.dumps({"measure": "hnsw_recall@10_vs_flat_timed_queries",
-                    "ef_search": args.ef_search, "recall@10": same}), flush=True)
-  # Other encoders (e.g. BERT-base): featurize + encode of one query alone, no search (their
-  # vectors do not belong to the index's model); add the search times above for a total.
+
+
+def _recall_at_10(approx, exact):
+  return sum(len(set(a) & set(e)) / 10.0 for a, e in zip(approx, exact)) / len(exact)
+
+
+def _print_encode_latency(args, queries):
+  """For each --extra_encoders model: featurize + encode of one query alone, no search (their
+  vectors do not belong to the index's model)."""
   import predict_text  # pylint: disable=import-outside-toplevel
   for spec in args.extra_encoders:
     export_dir, _, onnx_file = spec.partition(":")
-    predict_text.FLAGS.corpus_file = None
-    predict_text.FLAGS.index = "flat"
+    # No corpus: the search flags back to their defaults (refused otherwise).
+    for name in ("corpus_file", "index", "index_dir", "hnsw_m", "ef_search", "top_k"):
+      predict_text.FLAGS[name].value = predict_text.FLAGS[name].default
     predict_text.FLAGS.export_dir = export_dir
-    if onnx_file:
-      predict_text.FLAGS.backend = "onnxruntime"
-      predict_text.FLAGS.onnx_file = onnx_file
-    else:
-      predict_text.FLAGS.backend = "tensorflow"
-      predict_text.FLAGS.onnx_file = None
+    predict_text.FLAGS.backend = "onnxruntime" if onnx_file else "tensorflow"
+    predict_text.FLAGS.onnx_file = onnx_file or None
     predictor = predict_text.make_predictor(predict_text.load_model())
     for q in queries[:args.warmup_queries]:
       predictor.predict(predictor.featurize([q]).features)
@@ -265,6 +258,36 @@ def worker_query(args):
                       "p50_ms": 1e3 * _percentile(encode, 50),
                       "p99_ms": 1e3 * _percentile(encode, 99)}), flush=True)
     predictor.close()
+
+
+def worker_query(args):
+  """Query latency and hnsw recall (see the module doc): JSON lines on stdout."""
+  corpus_file = _corpus_file(args)
+  queries = read_titles(args.queries, args.n_queries)
+  found, predictors = {}, {}
+  for index_type in ("flat", "hnsw"):
+    predictor, prepare_seconds = _search_predictor(args, corpus_file, index_type,
+                                                   first=not predictors)
+    predictors[index_type] = predictor
+    total, search_only, found[index_type] = _timed_queries(predictor, queries,
+                                                           args.warmup_queries)
+    line = {"measure": "query_latency", "index": index_type, "corpus": len(predictor.corpus),
+            "queries": len(queries), "top_k": 10,
+            "p50_ms": 1e3 * _percentile(total, 50), "p99_ms": 1e3 * _percentile(total, 99),
+            "search_p50_ms": 1e3 * _percentile(search_only, 50),
+            "search_p99_ms": 1e3 * _percentile(search_only, 99),
+            "mean_ms": 1e3 * sum(total) / len(total),
+            "prepare_seconds": prepare_seconds, "index_dir": predictor.corpus.directory,
+            "model": os.path.join(args.export_dir_3l, args.query_onnx_file)}
+    if index_type == "hnsw":
+      line.update(hnsw_m=args.hnsw_m, ef_search=args.ef_search)
+    print(json.dumps(line), flush=True)
+  _print_hnsw_recall(args, predictors["flat"], predictors["hnsw"], queries)
+  # The same check on the query lists measured above (encoded one at a time).
+  print(json.dumps({"measure": "hnsw_recall@10_vs_flat_timed_queries",
+                    "ef_search": args.ef_search,
+                    "recall@10": _recall_at_10(found["hnsw"], found["flat"])}), flush=True)
+  _print_encode_latency(args, queries)
 
 
 # ---------------------------------------------------------------------------
@@ -370,6 +393,15 @@ def query(args):
     print(json.dumps({"cpu": cpu, **line}), flush=True)
 
 
+def _add_corpus_worker_args(parser):
+  """The arguments both corpus-pass workers (ours, sentence-transformers') take."""
+  parser.add_argument("--titles", required=True)
+  parser.add_argument("--n", type=int, required=True)
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--warmup", type=int, default=256)
+  parser.add_argument("--dump", default=None)
+
+
 def main(argv=None):
   sys.path.insert(0, ROOT)
   p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -416,20 +448,12 @@ def main(argv=None):
   w.add_argument("--export_dir", required=True)
   w.add_argument("--backend", default="tensorflow")
   w.add_argument("--onnx_file", default="model.onnx")
-  w.add_argument("--titles", required=True)
-  w.add_argument("--n", type=int, required=True)
-  w.add_argument("--batch_size", type=int, default=32)
-  w.add_argument("--warmup", type=int, default=256)
-  w.add_argument("--dump", default=None)
+  _add_corpus_worker_args(w)
   s = sub.add_parser("worker_st")
   s.add_argument("--hf_dir", required=True)
   s.add_argument("--max_seq_length", type=int, default=64)
   s.add_argument("--threads", type=int, default=0)
-  s.add_argument("--titles", required=True)
-  s.add_argument("--n", type=int, required=True)
-  s.add_argument("--batch_size", type=int, default=32)
-  s.add_argument("--warmup", type=int, default=256)
-  s.add_argument("--dump", default=None)
+  _add_corpus_worker_args(s)
   wq = sub.add_parser("worker_query")
   for name in ("--titles", "--queries", "--index_dir", "--export_dir_3l", "--query_onnx_file"):
     wq.add_argument(name, required=True)
