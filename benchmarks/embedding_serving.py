@@ -5,9 +5,10 @@ latency of one search query, ours against sentence-transformers.
 Corpus pass (`corpus`): the first --n lines of --titles through each --configs entry, one
 fresh process per measurement, alternating A B C ... A B C ... for --rounds rounds:
 
-  tf        predict_text.py's TensorFlow path in-process: predict_text.load_model() and
-            make_predictor() over --export_dir's SavedModel (--predict_batch_size), then
-            the file mode's featurize_file + predict + decode (no output written)
+  tf        predict_text.py's TensorFlow path in-process, built from the package as
+            predict_text.py builds it (serving/predictor.load_export, load_predictor on one
+            tower, batch --batch_size), then the file mode's featurize_file + predict +
+            decode (no output written)
   onnx      the same with --backend=onnxruntime on model.onnx (fp32)
   int8      the same on model.int8.onnx
   int8_3l   the same on --export_dir_3l's model.int8.onnx (the 3-layer model)
@@ -47,6 +48,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_mgpu.serving import kinds  # pylint: disable=wrong-import-position
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ("tf", "onnx", "int8", "int8_3l", "st")
 
@@ -72,40 +76,50 @@ def read_titles(path, n, start=0):
 # Workers (run in their own process)
 # ---------------------------------------------------------------------------
 
-def _our_predictor(argv):
-  """predict_text.py's predictor over its flags (argv without the program name)."""
+def _our_predictor(export_dir, backend, onnx_file, batch_size, kind_flags=None):
+  """The export's predictor as predict_text.py builds it for --backend (onnxruntime on
+  onnx_file, or tensorflow on one tower), given the embedding kind's flags and prepared
+  (with "corpus_file": its index loaded or built). Returns (model, predictor)."""
   sys.path.insert(0, ROOT)
   import logging  # pylint: disable=import-outside-toplevel
-  # predict_text.py logs through the "tensorflow" logger (absl's handler is not set up here).
+  # The serving code logs through the "tensorflow" logger (absl's handler is not set up here).
   logger = logging.getLogger("tensorflow")
   if not logger.handlers:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
   logger.setLevel(logging.INFO)
-  import predict_text  # pylint: disable=import-outside-toplevel
-  predict_text.define_flags()
-  predict_text.FLAGS(["predict_text.py"] + argv)
-  predict_text.check_flags()
-  model = predict_text.load_model()
-  predictor = predict_text.make_predictor(model)
-  return predict_text, model, predictor
+  # pylint: disable=import-outside-toplevel
+  if backend == "onnxruntime":
+    from bert_mgpu.serving import onnx_predictor
+    model = onnx_predictor.load_model(export_dir, onnx_file)
+    predictor = onnx_predictor.make_predictor(
+        model, onnx_predictor.open_session(model, None), batch_size, length_multiple=1)
+  else:
+    from bert_mgpu.serving import predictor as serving_predictor
+    from bert_mgpu.training import run_settings
+    model = serving_predictor.load_export(export_dir)
+    predictor = serving_predictor.load_predictor(model, run_settings.DeviceSettings().check(),
+                                                 batch_size)
+  # pylint: enable=import-outside-toplevel
+  model.files.kind.check_flags(kind_flags or {}, False)
+  predictor.use_flags(kind_flags or {})
+  predictor.prepare()
+  return model, predictor
 
 
 def worker_ours(args):
   """One corpus pass of ours (tf, onnx, int8, int8_3l): a JSON line on stdout."""
   start = time.perf_counter()
-  argv = ["--export_dir=" + args.export_dir, "--predict_batch_size=%d" % args.batch_size]
-  if args.backend == "onnxruntime":
-    argv += ["--backend=onnxruntime", "--onnx_file=" + args.onnx_file]
-  predict_text, model, predictor = _our_predictor(argv)
+  model, predictor = _our_predictor(args.export_dir, args.backend, args.onnx_file,
+                                    args.batch_size)
   kind = model.files.kind
   load_seconds = time.perf_counter() - start
   titles = read_titles(args.titles, args.n)
 
   def inputs_of(texts):
     return kind.parse_input_file("titles", "".join(t + "\n" for t in texts), False,
-                                 predict_text.input_limits())
+                                 kinds.InputLimits())
   warm = predictor.featurize_file("warmup", inputs_of(titles[:args.warmup]))
   predictor.decode(warm, predictor.predict(warm.features))
   inputs = inputs_of(titles)
@@ -169,23 +183,16 @@ def _corpus_file(args):
   return corpus_file
 
 
-def _search_predictor(args, corpus_file, index_type, first):
-  """predict_text.py's predictor with --corpus_file indexed as `index_type`, and the seconds
-  its preparation took (encoding or loading the index)."""
-  import predict_text  # pylint: disable=import-outside-toplevel
+def _search_predictor(args, corpus_file, index_type):
+  """The 3-layer export's predictor on ONNX Runtime with --corpus_file indexed as
+  `index_type`, and the seconds its preparation took (encoding or loading the index)."""
+  kind_flags = {"corpus_file": corpus_file, "index": index_type,
+                "index_dir": args.index_dir, "top_k": 10}
+  if index_type == "hnsw":
+    kind_flags.update(hnsw_m=args.hnsw_m, ef_search=args.ef_search)
   t0 = time.perf_counter()
-  if first:
-    argv = ["--export_dir=" + args.export_dir_3l, "--backend=onnxruntime",
-            "--onnx_file=" + args.query_onnx_file, "--corpus_file=" + corpus_file,
-            "--index=" + index_type, "--index_dir=" + args.index_dir, "--top_k=10"]
-    if index_type == "hnsw":
-      argv += ["--hnsw_m=%d" % args.hnsw_m, "--ef_search=%d" % args.ef_search]
-    _, _, predictor = _our_predictor(argv)
-  else:  # absl flags are defined once per process: set those that differ and rebuild
-    predict_text.FLAGS.index = index_type
-    predict_text.FLAGS.hnsw_m = args.hnsw_m
-    predict_text.FLAGS.ef_search = args.ef_search
-    predictor = predict_text.make_predictor(predict_text.load_model())
+  _, predictor = _our_predictor(args.export_dir_3l, "onnxruntime", args.query_onnx_file, 32,
+                                kind_flags)
   return predictor, time.perf_counter() - t0
 
 
@@ -236,16 +243,10 @@ def _recall_at_10(approx, exact):
 def _print_encode_latency(args, queries):
   """For each --extra_encoders model: featurize + encode of one query alone, no search (their
   vectors do not belong to the index's model)."""
-  import predict_text  # pylint: disable=import-outside-toplevel
   for spec in args.extra_encoders:
     export_dir, _, onnx_file = spec.partition(":")
-    # No corpus: the search flags back to their defaults (refused otherwise).
-    for name in ("corpus_file", "index", "index_dir", "hnsw_m", "ef_search", "top_k"):
-      predict_text.FLAGS[name].value = predict_text.FLAGS[name].default
-    predict_text.FLAGS.export_dir = export_dir
-    predict_text.FLAGS.backend = "onnxruntime" if onnx_file else "tensorflow"
-    predict_text.FLAGS.onnx_file = onnx_file or None
-    predictor = predict_text.make_predictor(predict_text.load_model())
+    backend = "onnxruntime" if onnx_file else "tensorflow"
+    _, predictor = _our_predictor(export_dir, backend, onnx_file or None, 32)
     for q in queries[:args.warmup_queries]:
       predictor.predict(predictor.featurize([q]).features)
     encode = []
@@ -254,7 +255,7 @@ def _print_encode_latency(args, queries):
       predictor.predict(predictor.featurize([q]).features)
       encode.append(time.perf_counter() - t0)
     print(json.dumps({"measure": "one_query_encode_latency", "model": spec,
-                      "backend": predict_text.FLAGS.backend, "queries": len(queries),
+                      "backend": backend, "queries": len(queries),
                       "p50_ms": 1e3 * _percentile(encode, 50),
                       "p99_ms": 1e3 * _percentile(encode, 99)}), flush=True)
     predictor.close()
@@ -266,8 +267,7 @@ def worker_query(args):
   queries = read_titles(args.queries, args.n_queries)
   found, predictors = {}, {}
   for index_type in ("flat", "hnsw"):
-    predictor, prepare_seconds = _search_predictor(args, corpus_file, index_type,
-                                                   first=not predictors)
+    predictor, prepare_seconds = _search_predictor(args, corpus_file, index_type)
     predictors[index_type] = predictor
     total, search_only, found[index_type] = _timed_queries(predictor, queries,
                                                            args.warmup_queries)

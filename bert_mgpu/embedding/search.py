@@ -122,7 +122,7 @@ def normalize_in_place(vectors):
   vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-def file_sha256(data):
+def bytes_sha256(data):
   """The sha256 (hex) of bytes."""
   return hashlib.sha256(data).hexdigest()
 

@@ -173,7 +173,7 @@ def read_corpus(path):
   kept = [(number - 1, line) for number, line in numbered if line.strip()]
   if not kept:
     raise UsageError("--corpus_file=%s has no text: give one text per line." % path)
-  return kept, len(numbered) - len(kept), search.file_sha256(data)
+  return kept, len(numbered) - len(kept), search.bytes_sha256(data)
 
 
 def search_answer(query, hits):

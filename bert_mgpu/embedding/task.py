@@ -158,6 +158,32 @@ def _training_examples(text_set, settings):
 _TRAINED_SETTINGS = ("pooling", "normalize_embeddings", "max_seq_length", "do_lower_case")
 
 
+def _read_json_object(path):
+  """The JSON object of a settings file. Raises UsageError naming it."""
+  try:
+    value = json.loads(model_files.read_utf8(path))
+  except (OSError, ValueError) as e:
+    raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
+  return value
+
+
+def _adopt_settings(values, path, names, refused, settings, whose):
+  """Takes each of `names` from `values` (a settings file's dict, read from `path`) when
+  the command line did not give it, with a log line; one of `refused` given with another
+  value is refused in one line (whose: "the model in DIR", for the messages)."""
+  for name in names:
+    if name not in values or values[name] == getattr(settings, name):
+      continue
+    if name in settings.given_flags:
+      if name in refused:
+        raise UsageError("--%s=%s, but %s has %s = %s (%s): drop the flag or give that "
+                         "value." % (name, getattr(settings, name), whose, name, values[name],
+                                     path))
+      continue
+    tf.logging.info("Using %s = %s of %s (%s).", name, values[name], whose, path)
+    setattr(settings, name, values[name])
+
+
 def _adopt_trained_settings(output_dir, settings):
   """A run on a trained output_dir (no --do_train) uses its model_settings.json: each of
   _TRAINED_SETTINGS not given on the command line is taken from it (and logged); one
@@ -165,23 +191,13 @@ def _adopt_trained_settings(output_dir, settings):
   path = os.path.join(output_dir or "", model_files.SETTINGS_FILE)
   if not output_dir or not os.path.isfile(path):
     return
-  try:
-    trained = json.loads(model_files.read_utf8(path))
-  except (OSError, ValueError) as e:
-    raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
+  trained = _read_json_object(path)
   if not isinstance(trained, dict) or trained.get("model") != EMBEDDING_KIND:
     raise UsageError("%s is not an embedding model's (model: %r): give run_embedding_mgpu.py "
                      "an output_dir it trained." % (path, trained.get("model") if isinstance(
                          trained, dict) else trained))
-  for name in _TRAINED_SETTINGS:
-    if name not in trained or trained[name] == getattr(settings, name):
-      continue
-    if name in settings.given_flags:
-      raise UsageError("--%s=%s, but the model in %s was trained with %s (%s): drop the flag "
-                       "or give that value." % (name, getattr(settings, name), output_dir,
-                                                trained[name], path))
-    tf.logging.info("Using the trained model's %s = %s (%s).", name, trained[name], path)
-    setattr(settings, name, trained[name])
+  _adopt_settings(trained, path, _TRAINED_SETTINGS, _TRAINED_SETTINGS, settings,
+                  "the model in %s" % output_dir)
 
 
 # The start settings a run takes from embedding_settings.json beside --init_checkpoint; the
@@ -192,35 +208,23 @@ _START_SETTINGS_FIXED = ("pooling", "normalize_embeddings", "do_lower_case")
 
 def adopt_start_settings(init_checkpoint, settings):
   """A run starting from a model converted from sentence-transformers' format
-  (convert_checkpoint.py --to=tensorflow) takes its pooling, normalisation and
+  (convert_checkpoint.py --to=tensorflow) takes its pooling, normalisation, lower-casing and
   max_seq_length from the embedding_settings.json beside the checkpoint, unless the
-  command line gives them; a pooling or normalisation given with another value is refused
-  in one line."""
+  command line gives them; the first three given with another value are refused in one
+  line."""
   if not init_checkpoint:
     return
   path = os.path.join(os.path.dirname(init_checkpoint), embedding_model.START_SETTINGS_FILE)
   if not os.path.isfile(path):
     return
-  try:
-    start = json.loads(model_files.read_utf8(path))
-  except (OSError, ValueError) as e:
-    raise UsageError("%s: cannot read it as JSON (%s)." % (path, e))
+  start = _read_json_object(path)
   if not isinstance(start, dict) or start.get("pooling", embedding_model.MEAN) not in (
       embedding_model.POOLINGS):
     raise UsageError("%s: expected {\"pooling\": one of %s, ...}; convert the model again "
                      "with convert_checkpoint.py --to=tensorflow." % (
                          path, ", ".join(embedding_model.POOLINGS)))
-  for name in _START_SETTINGS:
-    if name not in start or start[name] == getattr(settings, name):
-      continue
-    if name in settings.given_flags:
-      if name in _START_SETTINGS_FIXED:
-        raise UsageError("--%s=%s, but the model at --init_checkpoint was made with %s (%s): "
-                         "drop the flag or give that value." % (
-                             name, getattr(settings, name), start[name], path))
-      continue
-    tf.logging.info("Using the start model's %s = %s (%s).", name, start[name], path)
-    setattr(settings, name, start[name])
+  _adopt_settings(start, path, _START_SETTINGS, _START_SETTINGS_FIXED, settings,
+                  "the model at --init_checkpoint")
 
 
 def _check_evaluated_split(text_set, split):

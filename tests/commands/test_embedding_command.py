@@ -482,15 +482,15 @@ def test_embedding_a_trained_output_dir_uses_its_pooling_and_length(full_run, tm
   result = run(flags)
   assert_succeeded(result)
   # Neither the pooling nor max_seq_length was given: both come from model_settings.json.
-  assert "Using the trained model's pooling = %s" % full_run.pooling in result.stderr
-  assert "Using the trained model's max_seq_length = %d" % MAX_SEQ_LENGTH in result.stderr
+  assert "Using pooling = %s of the model in" % full_run.pooling in result.stderr
+  assert "Using max_seq_length = %d of the model in" % MAX_SEQ_LENGTH in result.stderr
   np.testing.assert_allclose(np.load(os.path.join(output_dir, "embeddings.npy")),
                              np.load(os.path.join(full_run.output_dir, "embeddings.npy")),
                              atol=1e-5)
   # Given with another value: refused before anything is written.
   before = sorted(os.listdir(output_dir))
   refused = run(dict(flags, pooling="mean"))
-  assert_one_line_error(refused, "--pooling=mean, but the model in", "was trained with %s"
+  assert_one_line_error(refused, "--pooling=mean, but the model in", "has pooling = %s"
                         % full_run.pooling)
   assert sorted(os.listdir(output_dir)) == before
 

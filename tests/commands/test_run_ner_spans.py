@@ -17,6 +17,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
+from cli import read_jsonl
 
 CITIES = [u"北京", u"上海", u"广州", u"深圳", u"杭州", u"南京", u"武汉", u"成都"]
 SUFFIXES = [u"大学", u"医院", u"银行", u"公司"]
@@ -210,11 +211,6 @@ def test_refusals_are_one_line_and_write_nothing(data, tmp_path, flags, message)
   result = cli.run_script("run_ner_mgpu.py", span_flags(data, output_dir, **flags))
   cli.assert_one_line_error(result, message)
   assert not os.path.exists(output_dir)
-
-
-def read_jsonl(path):
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
 
 
 def test_predict_text_on_the_output_dir_and_the_exports_gives_the_runs_entities(trained,

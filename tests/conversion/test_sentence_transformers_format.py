@@ -302,8 +302,9 @@ def test_run_embedding_takes_the_start_settings_and_refuses_another_pooling(tmp_
   taken = cli.run_script("run_embedding_mgpu.py", cli.flag_list(dict(
       flags, output_dir=str(tmp_path / "taken"))))
   cli.assert_succeeded(taken)
-  assert "Using the start model's pooling = pooler" in taken.stderr
-  assert "Using the start model's max_seq_length = %d" % MAX_SEQ_LENGTH in taken.stderr
+  assert "Using pooling = pooler of the model at --init_checkpoint" in taken.stderr
+  assert ("Using max_seq_length = %d of the model at --init_checkpoint" % MAX_SEQ_LENGTH
+          in taken.stderr)
   assert np.load(str(tmp_path / "taken" / "embeddings.npy")).shape == (2, 16)
 
 

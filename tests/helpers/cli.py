@@ -211,3 +211,15 @@ def free_ports(count):
   for s in sockets:
     s.close()
   return ports
+
+
+def read_json(path):
+  """The JSON value of a UTF-8 file."""
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def read_jsonl(path):
+  """The JSON values of a UTF-8 file's lines."""
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f]

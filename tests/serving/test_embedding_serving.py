@@ -32,23 +32,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
+from cli import read_json, read_jsonl
 import tiny_task_files
 import tokenization
 
-try:
-  import onnxruntime  # pylint: disable=g-import-not-at-top
-except ImportError:
-  onnxruntime = None
-try:
-  import faiss  # pylint: disable=g-import-not-at-top,unused-import
-except ImportError:
-  faiss = None
 
-TF1 = tf.__version__.startswith("1.")
-HAS_ONNX = not TF1 and onnxruntime is not None
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="the ONNX export and onnxruntime are "
-                                "TF 2.x only (not in TF 1.15's venv)")
-needs_faiss = pytest.mark.skipif(faiss is None, reason="faiss-cpu is not installed here")
+from optional_packages import HAS_ONNX, faiss, needs_faiss, needs_onnx, onnxruntime
 
 MAX_SEQ_LENGTH = 12
 CONFIG = dict(tiny_task_files.TINY_CONFIG, num_hidden_layers=2, max_position_embeddings=16)
@@ -95,16 +84,6 @@ REAL_SENTENCES = [
     u"图书馆明天上午九点开门",
     u"医院门诊部周六照常接诊",
 ]
-
-
-def read_jsonl(path):
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
-
-
-def read_json(path):
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
 
 
 def write_lines(path, lines):

@@ -21,6 +21,7 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
+from cli import read_json, read_jsonl
 from bert_mgpu.ner import featurizing
 from bert_mgpu.ner import scoring as ner_scoring
 from bert_mgpu.ner import serving as ner_serving
@@ -62,16 +63,6 @@ def trained(tmp_path_factory):
     f.write("".join(text + "\n" for text in texts))
   return {"root": root, "output_dir": output_dir, "export_dir": export_dir, "texts": texts,
           "texts_file": texts_file, "expected": expected}
-
-
-def read_jsonl(path):
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
-
-
-def read_json(path):
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
 
 
 # ---------------------------------------------------------------------------

@@ -32,18 +32,12 @@ import pytest
 import tensorflow.compat.v1 as tf
 
 import cli
+from cli import read_json, read_jsonl
 from bert_mgpu.squad import data as squad_data
 import tokenization
 
-try:
-  import onnxruntime  # pylint: disable=g-import-not-at-top
-except ImportError:
-  onnxruntime = None
 
-TF1 = tf.__version__.startswith("1.")
-HAS_ONNX = not TF1 and onnxruntime is not None
-needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="the ONNX export and onnxruntime are "
-                                "TF 2.x only (not in TF 1.15's venv)")
+from optional_packages import HAS_ONNX, needs_onnx, onnxruntime
 
 MAKE_DATA = cli.script_path(os.path.join("scripts", "make_squad_data.py"))
 MAX_SEQ_LENGTH = 64
@@ -61,16 +55,6 @@ REQUEST_TIMEOUT_SECONDS = 60
 SERVING_PATTERN = r"Serving on (http://\S+)"
 LOG_PATTERN = (r"Answered (\d+) question\(s\) \((\d+) window\(s\); (\d+) without an "
                r"answer\)")
-
-
-def read_json(path):
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
-
-
-def read_jsonl(path):
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f]
 
 
 def write_jsonl(path, values):
