@@ -17,7 +17,9 @@ import hashlib
 import json
 import logging
 import os
+import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -292,7 +294,8 @@ class Encoder(object):
 
 
 def kept_dirs(index_dir):
-  return sorted(name for name in os.listdir(index_dir))
+  """What index_dir holds beside the lock files (one per key, kept on purpose)."""
+  return sorted(name for name in os.listdir(index_dir) if not name.startswith(".lock-"))
 
 
 def corpus_key(corpus_file="/data/faq.txt", sha="s1", index_type=search.FLAT, hnsw_m=32,
@@ -327,7 +330,7 @@ def test_an_index_is_kept_under_its_key_and_loaded_again(tmp_path, log_lines):
   assert encoder.calls == 1  # not encoded again
   assert log_lines.matching("Loading the corpus index kept in ") == [
       "Loading the corpus index kept in %s (same model and corpus)." % directory]
-  assert list(loaded.lines) == encoder.lines and loaded.texts == built.texts
+  assert list(loaded.line_numbers) == encoder.lines and loaded.texts == built.texts
   queries = vectors[[3, 7]]
   assert loaded.search(queries, 5) == built.search(queries, 5)
   assert kept_dirs(index_dir) == [name]
@@ -413,31 +416,47 @@ def test_an_encoding_failure_keeps_nothing(tmp_path):
   assert kept_dirs(index_dir) == []
 
 
-@needs_faiss
-def test_a_build_that_loses_the_race_uses_the_index_kept_first(tmp_path, log_lines):
-  """Another process keeps the same index while this one encodes (here: the same call made
-  again from inside encode_corpus): the late rename fails, and no half index or temporary
-  directory is left."""
-  index_dir = str(tmp_path / "kept")
-  vectors = np.random.RandomState(10).randn(8, 4).astype(np.float32)
-  inner = Encoder(vectors)
-  key = corpus_key()
-  calls = []
+# Run in a second process: builds the index of argv[2] in argv[1], its encoding signalling
+# argv[3] (a file it creates) and then taking 2 seconds.
+_SLOW_BUILDER = """
+import json, os, sys, time
+import numpy as np
+sys.path.insert(0, %(repo)r)
+from bert_mgpu.embedding import search
+def encode():
+  open(sys.argv[3], "w").close()
+  time.sleep(2)
+  return [0, 1, 2], ["a", "b", "c"], np.eye(3, 4, dtype=np.float32)
+search.load_or_build(sys.argv[1], json.loads(sys.argv[2]), encode, "flat", 32, 128)
+"""
 
-  def encode_while_another_keeps_it():
-    calls.append(search.load_or_build(index_dir, key, inner, search.FLAT, 32, 128))
-    return inner()
-  corpus = search.load_or_build(index_dir, key, encode_while_another_keeps_it, search.FLAT,
-                                32, 128)
-  assert len(calls) == 1 and inner.calls == 2
+
+@needs_faiss
+def test_a_second_builder_waits_for_the_first_and_loads_its_index(tmp_path, log_lines):
+  """Two processes asking for the same index: the second waits on the key's lock while the
+  first encodes, then loads what the first kept instead of encoding again."""
+  index_dir, started = str(tmp_path / "kept"), str(tmp_path / "started")
+  key = corpus_key()
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  first = subprocess.Popen([sys.executable, "-c", _SLOW_BUILDER % {"repo": repo}, index_dir,
+                            json.dumps(key), started])
+  try:
+    deadline = time.time() + 60
+    while not os.path.exists(started):
+      assert first.poll() is None and time.time() < deadline, "the first builder did not start"
+      time.sleep(0.05)
+    second = Encoder(np.eye(3, 4, dtype=np.float32))
+    corpus = search.load_or_build(index_dir, key, second, search.FLAT, 32, 128)
+    assert first.wait(timeout=60) == 0
+  finally:
+    if first.poll() is None:
+      first.kill()
+      first.wait()
+  assert second.calls == 0  # it waited, then loaded
+  assert len(log_lines.matching("Loading the corpus index kept in")) == 1
+  assert corpus.texts == ["a", "b", "c"]
   (name,) = kept_dirs(index_dir)  # no .building-* left
   assert not name.startswith(".")
-  directory = os.path.join(index_dir, name)
-  assert corpus.directory == calls[0].directory == directory
-  assert sorted(os.listdir(directory)) == ["index.faiss", "key.json", "lines.jsonl"]
-  assert len(log_lines.matching("Another process kept the same index in %s first" %
-                                directory)) == 1
-  assert corpus.search(vectors[[2]], 3) == calls[0].search(vectors[[2]], 3)
 
 
 # ---------------------------------------------------------------------------
