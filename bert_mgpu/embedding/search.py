@@ -350,20 +350,32 @@ def load_or_build(index_dir, key, encode_corpus, index_type, hnsw_m, ef_search,
   import_faiss()  # before any encoding
   name = _key_name(key)
   directory = os.path.join(index_dir, name)
+  if check_memory is not None:  # before anything is written
+    check_memory(not os.path.isfile(os.path.join(directory, KEY_FILE)))
+  created = not os.path.isdir(index_dir)
+  lock_path = os.path.join(index_dir, ".lock-" + name)
   try:
     os.makedirs(index_dir, exist_ok=True)
-    lock = open(os.path.join(index_dir, ".lock-" + name), "a")
+    lock = open(lock_path, "a")
   except OSError as e:
     raise UsageError("--index_dir=%s: cannot write there (%s)." % (index_dir, e))
-  with lock:  # closing the file releases the lock
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.path.isfile(os.path.join(directory, KEY_FILE)):
-      if check_memory is not None:
-        check_memory(False)
+  try:
+    with lock:  # closing the file releases the lock
+      fcntl.flock(lock, fcntl.LOCK_EX)
       corpus = _load_kept(directory, key, ef_search)
       if corpus is not None:
         return corpus
-    if check_memory is not None:
-      check_memory(True)
-    return _build_and_keep(index_dir, directory, key, encode_corpus, index_type, hnsw_m,
-                           ef_search)
+      if check_memory is not None:  # kept in between, or gone
+        check_memory(True)
+      return _build_and_keep(index_dir, directory, key, encode_corpus, index_type, hnsw_m,
+                             ef_search)
+  except UsageError:
+    # Nothing kept: leave no lock file, nor an index_dir this call made.
+    if not os.path.isdir(directory):
+      for remove, path in ((os.remove, lock_path), (os.rmdir, index_dir if created else None)):
+        try:
+          if path:
+            remove(path)
+        except OSError:
+          pass
+    raise
